@@ -1,0 +1,3 @@
+"""omnimed: training and evaluation for multi-source medical RAG."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,46 @@
+"""Records, loaders for real benchmark and corpus formats, and the synthetic medical world."""
+
+from omnimed.data.errors import LoadReport, RecordError
+from omnimed.data.io import (
+    from_hf_dataset,
+    iter_jsonl,
+    load_record_set,
+    read_records,
+    save_record_set,
+    to_hf_dataset,
+    write_records,
+)
+from omnimed.data.records import (
+    SOURCE_KINDS,
+    InstructionExample,
+    Message,
+    MultipleChoiceQuestion,
+    OpenQuestion,
+    Passage,
+    Plan,
+    PreferencePair,
+    ReflectiveLabels,
+    UtilityExample,
+)
+
+__all__ = [
+    "SOURCE_KINDS",
+    "InstructionExample",
+    "LoadReport",
+    "Message",
+    "MultipleChoiceQuestion",
+    "OpenQuestion",
+    "Passage",
+    "Plan",
+    "PreferencePair",
+    "RecordError",
+    "ReflectiveLabels",
+    "UtilityExample",
+    "from_hf_dataset",
+    "iter_jsonl",
+    "load_record_set",
+    "read_records",
+    "save_record_set",
+    "to_hf_dataset",
+    "write_records",
+]

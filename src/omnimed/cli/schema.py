@@ -1,0 +1,27 @@
+"""Registers the structured configs with Hydra's ConfigStore: the root ``train_schema`` and one ``<group>_schema``
+per group, which every YAML option of that group lists first in its defaults so Hydra validates it."""
+
+from __future__ import annotations
+
+from hydra.core.config_store import ConfigStore
+
+from omnimed.models.config import ModelConfig
+from omnimed.training import config as tc
+
+GROUP_SCHEMAS = {
+    "task": tc.TaskConfig,
+    "model": ModelConfig,
+    "data": tc.DataConfig,
+    "trainer": tc.TrainerConfig,
+    "strategy": tc.StrategyConfig,
+    "logger": tc.LoggerConfig,
+    "paths": tc.PathsConfig,
+    "debug": tc.DebugConfig,
+}
+
+
+def register_train_configs() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="train_schema", node=tc.TrainConfig)
+    for group, node in GROUP_SCHEMAS.items():
+        cs.store(group=group, name=f"{group}_schema", node=node)

@@ -1,0 +1,50 @@
+"""``omnimed-train``: train a model from the composed Hydra config (``conf/train.yaml``).
+
+    omnimed-train                                   # the default job: SmolLM2-135M + LoRA on the world, CPU
+    omnimed-train model=tiny-llama data=world_tiny  # seconds
+    omnimed-train run_name=r1 ckpt_path=last        # resume run r1 from its last checkpoint
+    omnimed-train -m task.lr=1e-4,3e-4 hydra/launcher=joblib   # a local sweep
+"""
+
+from __future__ import annotations
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+from rich.table import Table
+
+from omnimed.cli.common import conf_dir, console
+from omnimed.cli.schema import register_train_configs
+
+register_train_configs()
+
+
+def print_summary(result) -> None:
+    table = Table(title="omnimed-train: done", show_header=False)
+    table.add_row("checkpoint", str(result.run_dir / "lightning" / "last.ckpt"))
+    if result.hf_dir is not None:
+        table.add_row("HF export", str(result.hf_dir))
+    table.add_row("run directory", str(result.output_dir))
+    if result.logger_dir:
+        table.add_row("logger files", str(result.logger_dir))
+    table.add_row("metrics.json", str(result.output_dir / "metrics.json"))
+    for key in sorted(result.metrics):
+        table.add_row(key, f"{result.metrics[key]:.4g}")
+    console.print(table)
+
+
+@hydra.main(config_path=conf_dir(), config_name="train", version_base="1.3")
+def main(cfg: DictConfig) -> float | None:
+    from omnimed.training.engine import train
+
+    result = train(cfg, output_dir=HydraConfig.get().runtime.output_dir)
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        print_summary(result)
+    # the value an Optuna sweep minimises
+    return result.metrics.get("val/loss", result.metrics.get("train/loss_last"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Loaders that turn public benchmark and corpus layouts into omnimed records."""

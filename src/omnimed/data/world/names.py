@@ -1,0 +1,117 @@
+"""Invented, pronounceable names for the synthetic world.
+
+Every name is built from syllables drawn with the world's own ``random.Random``, so the same seed gives the same
+names, and no name belongs to a real disease, drug or gene: no pretrained model can know the answers, and nobody can
+mistake the world for medical advice. Uniqueness is checked case-insensitively across all kinds of names, so a name
+never means two things and an answer string never appears inside another concept's name by accident.
+"""
+
+from __future__ import annotations
+
+import random
+
+ONSETS: tuple[str, ...] = (
+    "b", "br", "d", "dr", "f", "g", "gr", "k", "kl", "l", "m", "n", "p", "pl", "r", "s", "sk", "st", "t", "tr",
+    "v", "z", "th", "sh",
+)
+VOWELS: tuple[str, ...] = ("a", "e", "i", "o", "u", "a", "e", "o", "ai", "ou")
+CODAS: tuple[str, ...] = ("", "", "", "n", "r", "l", "s", "m", "x")
+
+DISEASE_SUFFIXES: tuple[str, ...] = ("osis", "itis", "emia", "opathy", "algia", "ectasis")
+DISEASE_WORDS: tuple[str, ...] = ("syndrome", "disease", "fever", "palsy")
+DRUG_SUFFIXES: tuple[str, ...] = (
+    "oxane", "avrel", "idrin", "umast", "elvor", "aprine", "ostrel", "ivane", "ezol", "atrix", "orane", "ulide",
+)
+PROTEIN_KINDS: tuple[str, ...] = ("kinase", "receptor", "channel", "transporter", "protease", "synthase")
+PATHWAY_WORDS: tuple[str, ...] = ("pathway", "cascade", "signalling axis")
+SYMPTOM_NOUNS: tuple[str, ...] = (
+    "cough", "rash", "tremor", "fatigue", "headache", "joint pain", "thirst", "itching", "dizziness",
+    "palpitations", "night sweats", "hoarseness", "nausea", "back pain", "muscle cramps", "blurred vision",
+    "chest tightness", "ankle swelling", "weight loss", "fever", "hiccups", "tinnitus",
+)
+ADJECTIVE_ENDINGS: tuple[str, ...] = ("ic", "ar", "ine", "oid", "al", "ish")
+FINDING_TEMPLATES: tuple[str, ...] = (
+    "{Person} sign", "{adj} heart murmur", "{adj} skin nodules", "{adj} retinal streaks", "{Person} reflex",
+    "{adj} nail ridges", "{adj} tongue plaques", "{adj} lung crackles", "{Person} phenomenon", "{adj} gum lines",
+)
+PLACE_ENDINGS: tuple[str, ...] = ("ia", "mark", "land", "ora", "avia", "eth")
+
+
+class NameForge:
+    """Draws unique invented names of each kind from one seeded generator."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self._used: set[str] = set()  # only ever tested for membership, never iterated
+
+    # ------------------------------------------------------------------ building blocks
+    def _syllable(self) -> str:
+        r = self.rng
+        return r.choice(ONSETS) + r.choice(VOWELS) + r.choice(CODAS)
+
+    def stem(self, syllables: int) -> str:
+        """A lower-case pronounceable stem of ``syllables`` syllables."""
+        return "".join(self._syllable() for _ in range(syllables))
+
+    def _claim(self, make) -> str:
+        """Call ``make`` until it returns a name not used before (case-insensitively); reserve and return it."""
+        for _ in range(10_000):
+            name = make()
+            key = name.lower()
+            if key not in self._used:
+                self._used.add(key)
+                return name
+        raise RuntimeError("name space exhausted; raise the syllable count")
+
+    def _adjective(self) -> str:
+        return self.stem(self.rng.choice((1, 2))) + self.rng.choice(ADJECTIVE_ENDINGS)
+
+    # ------------------------------------------------------------------ kinds of names
+    def disease(self) -> str:
+        def make() -> str:
+            if self.rng.random() < 0.7:
+                return (self.stem(2) + self.rng.choice(DISEASE_SUFFIXES)).capitalize()
+            return f"{self.stem(2).capitalize()} {self.rng.choice(DISEASE_WORDS)}"
+
+        return self._claim(make)
+
+    def drug(self) -> str:
+        return self._claim(lambda: (self.stem(2) + self.rng.choice(DRUG_SUFFIXES)).capitalize())
+
+    def drug_class(self) -> str:
+        return self._claim(lambda: self.stem(2) + "oid agents")
+
+    def gene(self) -> str:
+        def make() -> str:
+            letters = [c for c in self.stem(3).upper() if c not in "AEIOU"]
+            return "".join(letters[:4]) + str(self.rng.randint(1, 9))
+
+        return self._claim(make)
+
+    def protein(self) -> str:
+        return self._claim(lambda: f"{self.stem(2).capitalize()} {self.rng.choice(PROTEIN_KINDS)}")
+
+    def pathway(self) -> str:
+        return self._claim(lambda: f"{self.stem(2).capitalize()} {self.rng.choice(PATHWAY_WORDS)}")
+
+    def symptom(self) -> str:
+        return self._claim(lambda: f"{self._adjective()} {self.rng.choice(SYMPTOM_NOUNS)}")
+
+    def finding(self) -> str:
+        def make() -> str:
+            tpl = self.rng.choice(FINDING_TEMPLATES)
+            return tpl.format(Person=self.stem(2).capitalize(), adj=self._adjective())
+
+        return self._claim(make)
+
+    def person(self) -> str:
+        return self._claim(lambda: self.stem(2).capitalize())
+
+    def place(self) -> str:
+        return self._claim(lambda: (self.stem(2) + self.rng.choice(PLACE_ENDINGS)).capitalize())
+
+    def outcome(self, finding: str) -> str:
+        """An outcome measure; not reserved (several trials may share a measure)."""
+        return self.rng.choice(
+            ("relapse rate", "symptom score", "hospital admissions", "time to recovery", f"{finding} severity")
+        )

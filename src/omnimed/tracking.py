@@ -1,0 +1,142 @@
+"""Experiment tracking: W&B by default (never a login prompt), CSV or TensorBoard as alternatives, and the lineage
+every run records: resolved config, package versions, git commit, dataset fingerprints.
+
+W&B mode: ``WANDB_MODE`` wins when set; otherwise online when credentials exist (``WANDB_API_KEY`` or a netrc entry
+for the W&B host), offline when they do not. Offline runs land in ``<save_dir>/wandb/offline-run-*/`` and can be
+read back with ``wandb leet inspect --json RUN.wandb`` or synced later with ``wandb sync``.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import netrc
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+PACKAGES = (
+    "omnimed", "torch", "lightning", "transformers", "peft", "trl", "datasets", "accelerate", "deepspeed",
+    "hydra-core", "wandb", "sentence-transformers", "tokenizers", "safetensors",
+)  # fmt: skip
+_SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|credential)", re.IGNORECASE)
+LOGGERS = ("wandb", "csv", "tensorboard", "none")
+
+
+def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str]:
+    out = {}
+    for name in names:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def git_state(path: str | Path = ".") -> dict[str, Any]:
+    """Commit of the checkout holding ``path`` and whether it has uncommitted changes (None outside git)."""
+    def git(*args: str) -> str | None:
+        try:
+            res = subprocess.run(["git", *args], cwd=path, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return res.stdout.strip() if res.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "dirty": bool(dirty) if dirty is not None else None}
+
+
+def scrub_secrets(obj: Any) -> Any:
+    """Drop values whose key looks like a secret, at any depth, so they never reach a config log or W&B."""
+    if isinstance(obj, dict):
+        return {k: ("<redacted>" if _SECRET_KEY.search(str(k)) else scrub_secrets(v)) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [scrub_secrets(v) for v in obj]
+    return obj
+
+
+def wandb_has_credentials() -> bool:
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    host = re.sub(r"^https?://", "", os.environ.get("WANDB_BASE_URL", "api.wandb.ai")).rstrip("/")
+    try:
+        return netrc.netrc().authenticators(host) is not None
+    except (FileNotFoundError, netrc.NetrcParseError, OSError):
+        return False
+
+
+def wandb_mode() -> str:
+    """online | offline | disabled: ``WANDB_MODE`` if set, else online only with credentials."""
+    mode = os.environ.get("WANDB_MODE")
+    if mode:
+        return mode
+    return "online" if wandb_has_credentials() else "offline"
+
+
+def build_logger(
+    name: str,
+    *,
+    save_dir: str | Path,
+    project: str,
+    run_name: str,
+    group: str | None = None,
+    job_type: str | None = None,
+    tags: list[str] | None = None,
+    entity: str | None = None,
+):
+    """A Lightning logger for ``name`` (wandb | csv | tensorboard | none); None for ``none``."""
+    save_dir = Path(save_dir)
+    save_dir.mkdir(parents=True, exist_ok=True)
+    if name == "none":
+        return None
+    if name == "csv":
+        from lightning.pytorch.loggers import CSVLogger
+
+        return CSVLogger(save_dir=str(save_dir), name="csv", version=run_name)
+    if name == "tensorboard":
+        from lightning.pytorch.loggers import TensorBoardLogger
+
+        return TensorBoardLogger(save_dir=str(save_dir), name="tensorboard", version=run_name)
+    if name == "wandb":
+        from lightning.pytorch.loggers import WandbLogger
+
+        os.environ.setdefault("WANDB_SILENT", "true")
+        return WandbLogger(
+            project=project,
+            entity=entity,
+            name=run_name,
+            group=group,
+            job_type=job_type,
+            tags=list(tags or []),
+            save_dir=str(save_dir),
+            mode=wandb_mode(),
+        )
+    raise ValueError(f"unknown logger {name!r}; expected one of {', '.join(LOGGERS)}")
+
+
+def log_lineage(logger, config: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Record the resolved config (secrets scrubbed), package versions, git state and ``extra`` (e.g. dataset
+    fingerprints) with the logger; returns what was logged."""
+    lineage = {
+        "config": scrub_secrets(config),
+        "versions": package_versions(),
+        "git": git_state(Path(__file__).resolve().parent),
+        **(extra or {}),
+    }
+    if logger is None:
+        return lineage
+    logger.log_hyperparams(lineage)
+    return lineage
+
+
+def wandb_run_dir(logger) -> str | None:
+    """Directory of the W&B run behind ``logger`` (offline or online), if it is a W&B logger."""
+    try:
+        from lightning.pytorch.loggers import WandbLogger
+    except ImportError:  # pragma: no cover
+        return None
+    if isinstance(logger, WandbLogger):
+        return str(Path(logger.experiment.dir).parent)
+    return None

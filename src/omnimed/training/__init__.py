@@ -1,0 +1,1 @@
+"""Lightning modules, data modules, strategies and export; knows no paper."""

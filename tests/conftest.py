@@ -1,0 +1,27 @@
+"""Test-wide settings: W&B offline and silent, no hub traffic, a per-session tokenization cache."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("WANDB_SILENT", "true")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def realdata() -> Path:
+    """The folder of real medical files (../shared/realdata), or skip when OMNIMED_REALDATA is unset."""
+    root = os.environ.get("OMNIMED_REALDATA")
+    if not root:
+        pytest.skip("OMNIMED_REALDATA is not set: real-data tests need ../shared/realdata")
+    path = Path(root)
+    if not path.is_dir():
+        pytest.skip(f"OMNIMED_REALDATA={root} is not a folder")
+    return path

@@ -20,6 +20,7 @@ from omegaconf import MISSING, OmegaConf
 from rich.table import Table
 
 from omnimed.cli.common import conf_dir, console
+from omnimed.data.errors import RecordError
 
 COMMANDS = ("world", "convert")
 
@@ -56,19 +57,13 @@ def _summary(title: str, out: Path, manifest: dict, seconds: float) -> None:
 
 
 def run_world(cfg: WorldCommand) -> dict:
-    from omnimed.data.io import save_record_set
     from omnimed.data.world import build_world
 
     start = time.perf_counter()
     with console.status(f"building the synthetic world (size={cfg.size}, seed={cfg.seed})"):
         world = build_world(seed=cfg.seed, size=cfg.size)
-        records = world.records()
-    with console.status(f"writing {len(records)} records"):
-        manifest = save_record_set(
-            cfg.out,
-            records,
-            extra={"source": {"world": {"size": cfg.size, "seed": cfg.seed}}, "fictional": True},
-        )
+    with console.status(f"writing {sum(world.counts().values())} records"):
+        manifest = world.save(cfg.out)
     _summary("synthetic world", Path(cfg.out), manifest, time.perf_counter() - start)
     return manifest
 
@@ -106,7 +101,11 @@ def _hydra_app(command: str):
 
     @hydra.main(config_path=conf_dir(), config_name=f"data_{command}", version_base="1.3")
     def app(cfg) -> None:
-        runner(OmegaConf.to_object(cfg))
+        try:
+            runner(OmegaConf.to_object(cfg))
+        except (RecordError, FileNotFoundError, ValueError) as err:
+            console.print(f"[bold red]omnimed-data {command}: error:[/] {err}", highlight=False)
+            sys.exit(2)
 
     return app
 

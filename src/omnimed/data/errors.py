@@ -33,16 +33,23 @@ class LoadReport:
 
     read: int = 0
     skipped: list[Skipped] = field(default_factory=list)
+    #: records left out by design, not because they are invalid (e.g. BioASQ questions that are not yes/no)
+    excluded: dict[str, int] = field(default_factory=dict)
 
     def skip(self, err: RecordError) -> None:
         self.skipped.append(Skipped(err.path, err.line, err.field, err.message))
+
+    def exclude(self, reason: str, n: int = 1) -> None:
+        self.excluded[reason] = self.excluded.get(reason, 0) + n
 
     @property
     def n_skipped(self) -> int:
         return len(self.skipped)
 
     def summary(self, limit: int = 5) -> str:
-        text = f"{self.read} records read, {self.n_skipped} skipped"
+        text = f"{self.read} records read, {self.n_skipped} skipped as invalid"
+        for reason, n in self.excluded.items():
+            text += f", {n} left out ({reason})"
         for s in self.skipped[:limit]:
             where = s.path if s.line is None else f"{s.path}:{s.line}"
             text += f"\n  skipped {where}: {s.field or ''} {s.message}".rstrip()
@@ -51,4 +58,4 @@ class LoadReport:
         return text
 
     def as_dict(self) -> dict:
-        return {"read": self.read, "skipped": self.n_skipped}
+        return {"read": self.read, "skipped": self.n_skipped, "excluded": dict(self.excluded)}

@@ -25,8 +25,11 @@ T = TypeVar("T")
 
 
 # ----------------------------------------------------------------------------------------------- raw reading
-def iter_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
-    """Yield ``(line_number, object)`` for each non-blank line; bad JSON raises RecordError with the line."""
+def iter_jsonl(
+    path: str | Path, *, skip_invalid: bool = False, report: LoadReport | None = None
+) -> Iterator[tuple[int, Any]]:
+    """Yield ``(line_number, object)`` for each non-blank line. A line that is not valid JSON raises RecordError
+    naming the line, or with ``skip_invalid`` is counted in ``report`` and passed over."""
     path = Path(path)
     with open(path, encoding="utf-8", newline="\n") as fh:
         for lineno, line in enumerate(fh, start=1):
@@ -34,9 +37,15 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
             if not line.strip():
                 continue
             try:
-                yield lineno, json.loads(line)
+                obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise RecordError(path, lineno, None, f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+                err = RecordError(path, lineno, None, f"invalid JSON ({exc.msg} at column {exc.colno})")
+                if not skip_invalid:
+                    raise err from None
+                if report is not None:
+                    report.skip(err)
+                continue
+            yield lineno, obj
 
 
 def read_json(path: str | Path) -> Any:
@@ -96,7 +105,7 @@ def read_records(
             raise RecordError(path, lineno, "kind", f"expected one of {sorted(RECORD_TYPES)}, got {kind!r}")
         return record_type(kind).from_dict(obj, path=str(path), line=lineno)
 
-    return collect(iter_jsonl(path), report, skip_invalid, convert)
+    return collect(iter_jsonl(path, skip_invalid=skip_invalid, report=report), report, skip_invalid, convert)
 
 
 def record_line(rec: Record) -> str:
@@ -189,8 +198,14 @@ def save_record_set(
     fingerprint = write_records(out / "records.jsonl", records)
     groups = group_by_kind(records)
     dd = datasets.DatasetDict({kind: to_hf_dataset(recs) for kind, recs in groups.items()})
-    with atomic_path(out / "hf", is_dir=True) as tmp:
-        dd.save_to_disk(str(tmp))
+    bars = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()
+    try:
+        with atomic_path(out / "hf", is_dir=True) as tmp:
+            dd.save_to_disk(str(tmp))
+    finally:
+        if bars:
+            datasets.enable_progress_bars()
     counts = {"records": len(records), **dict(Counter(r.kind for r in records))}
     manifest = {"counts": counts, "fingerprint": fingerprint, "files": {"jsonl": "records.jsonl", "hf": "hf"}}
     manifest.update(extra or {})

@@ -5,6 +5,11 @@ reproducible, so each one is built once into a temporary folder, described by a 
 sha256 and size of every file, and only then renamed into place. Every later use re-checks the manifest,
 so a missing file, a truncated safetensors file or a changed byte is noticed and the folder is rebuilt
 instead of silently loading garbage. A file lock serialises builders across processes.
+
+Hashing a 270 MB checkpoint costs ~0.2-0.7 s, too much for every load, so after a full check we record
+each file's (size, mtime, inode) in a stamp file; while those are unchanged a load re-checks sizes and
+safetensors headers only. Any write to a file changes its mtime and triggers a full re-hash. (A deliberate
+edit that restores the old mtime would go unnoticed until ``verify_folder(..., full=True)``.)
 """
 
 from __future__ import annotations
@@ -17,14 +22,15 @@ import shutil
 import struct
 import tempfile
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 from filelock import FileLock
 
 log = logging.getLogger(__name__)
 
 MANIFEST_NAME = "omnimed_manifest.json"
+STAMP_NAME = "omnimed_verified.json"
 _MANIFEST_FORMAT = 1
 _LOCK_TIMEOUT_S = 30 * 60  # a SmolLM2 conversion takes well under a minute; this only bounds a stuck peer
 
@@ -48,7 +54,7 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def check_safetensors(path: Path) -> Optional[str]:
+def check_safetensors(path: Path) -> str | None:
     """Return a problem description if ``path`` is not a structurally complete safetensors file, else None.
 
     Reads only the header: its tensors' byte ranges must end exactly at the end of the file, which catches
@@ -75,15 +81,44 @@ def check_safetensors(path: Path) -> Optional[str]:
 def write_manifest(folder: Path, recipe: str) -> None:
     """Describe every file in ``folder`` (recursively) by size and sha256, tagged with the build ``recipe``."""
     files = {}
-    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST_NAME):
+    for path in sorted(
+        p for p in folder.rglob("*") if p.is_file() and p.name not in (MANIFEST_NAME, STAMP_NAME)
+    ):
         rel = path.relative_to(folder).as_posix()
         files[rel] = {"size": path.stat().st_size, "sha256": _sha256(path)}
     manifest = {"format": _MANIFEST_FORMAT, "recipe": recipe, "files": files}
     (folder / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
-def verify_folder(folder: Path, recipe: str) -> Optional[str]:
-    """Return why ``folder`` is not a complete build of ``recipe`` (None when it is)."""
+def _stat_key(path: Path) -> list[int]:
+    st = path.stat()
+    return [st.st_size, st.st_mtime_ns, st.st_ino]
+
+
+def _read_stamp(folder: Path) -> dict:
+    try:
+        return json.loads((folder / STAMP_NAME).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_stamp(folder: Path, files: dict) -> None:
+    """Remember the stat of every verified file (best effort: a read-only cache just re-hashes each time)."""
+    try:
+        stamp = {rel: _stat_key(folder / rel) for rel in files}
+        tmp = folder / f".{STAMP_NAME}.{os.getpid()}"
+        tmp.write_text(json.dumps(stamp))
+        tmp.replace(folder / STAMP_NAME)
+    except OSError:
+        pass
+
+
+def verify_folder(folder: Path, recipe: str, *, full: bool = False) -> str | None:
+    """Return why ``folder`` is not a complete build of ``recipe`` (None when it is).
+
+    Sizes and safetensors headers are always checked; sha256 is compared for every file whose stat changed
+    since the last full check, or for all files when ``full`` is set.
+    """
     manifest_path = folder / MANIFEST_NAME
     if not folder.is_dir():
         return "not built yet"
@@ -98,6 +133,8 @@ def verify_folder(folder: Path, recipe: str) -> Optional[str]:
         return f"built by recipe {manifest.get('recipe')!r}, current recipe is {recipe!r}"
     if not files:
         return "manifest lists no files"
+    stamp = {} if full else _read_stamp(folder)
+    hashed = False
     for rel, meta in files.items():
         path = folder / rel
         if not path.is_file():
@@ -108,8 +145,13 @@ def verify_folder(folder: Path, recipe: str) -> Optional[str]:
             problem = check_safetensors(path)
             if problem:
                 return problem
+        if stamp.get(rel) == _stat_key(path):
+            continue
+        hashed = True
         if _sha256(path) != meta["sha256"]:
             return f"{rel}: sha256 differs from the manifest"
+    if hashed:
+        _write_stamp(folder, files)
     return None
 
 

@@ -7,12 +7,12 @@ fall back to the local HF cache or raise an error naming the id and the two ways
 
 from __future__ import annotations
 
+import http.client
 import os
 import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Optional
 
 from omnimed.models.errors import HubUnavailableError
 
@@ -23,7 +23,7 @@ ALLOW_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.t
 IGNORE_PATTERNS = ["onnx/*", "openvino/*", "*.onnx", "*.bin", "*.pt", "*.pth", "*.h5", "*.msgpack", "*.gguf"]
 
 
-def _truthy(value: Optional[str]) -> bool:
+def _truthy(value: str | None) -> bool:
     return (value or "").strip().upper() in {"1", "ON", "YES", "TRUE"}
 
 
@@ -43,13 +43,13 @@ def hub_endpoint() -> str:
     return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
 
 
-def probe_hub(timeout: float = PROBE_TIMEOUT_S) -> Optional[str]:
+def probe_hub(timeout: float = PROBE_TIMEOUT_S) -> str | None:
     """Return None when the hub endpoint answers within ``timeout`` seconds, else the reason it did not.
 
     Any HTTP answer (even an error status) proves the network path works. The request runs in a daemon
     thread so a hanging DNS lookup cannot hold us beyond the timeout. Proxies from the environment apply.
     """
-    result: list[Optional[str]] = []
+    result: list[str | None] = []
 
     def ask() -> None:
         try:
@@ -58,7 +58,7 @@ def probe_hub(timeout: float = PROBE_TIMEOUT_S) -> Optional[str]:
             result.append(None)
         except urllib.error.HTTPError:
             result.append(None)
-        except Exception as exc:  # URLError, socket errors, SSL errors: all mean "not reachable"
+        except (OSError, ValueError, http.client.HTTPException) as exc:  # timeouts, DNS, SSL: unreachable
             result.append(f"{type(exc).__name__}: {exc}")
 
     thread = threading.Thread(target=ask, daemon=True, name="omnimed-hub-probe")
@@ -75,7 +75,7 @@ def _how_to_fix(repo_id: str) -> str:
     )
 
 
-def _download(repo_id: str, revision: Optional[str], local_only: bool, allow_code: bool) -> Path:
+def _download(repo_id: str, revision: str | None, local_only: bool, allow_code: bool) -> Path:
     from huggingface_hub import snapshot_download
 
     allow = ALLOW_PATTERNS if allow_code else [p for p in ALLOW_PATTERNS if p != "*.py"]
@@ -90,7 +90,7 @@ def _download(repo_id: str, revision: Optional[str], local_only: bool, allow_cod
     )
 
 
-def resolve_hub(name_or_path: str, revision: Optional[str] = None, trust_remote_code: bool = False) -> Path:
+def resolve_hub(name_or_path: str, revision: str | None = None, trust_remote_code: bool = False) -> Path:
     """Return a local folder for ``name_or_path``: itself when it is a folder, else a hub snapshot.
 
     Raises ``HubUnavailableError`` (naming the id and how to use local files) when the hub cannot be reached
@@ -128,6 +128,6 @@ def resolve_hub(name_or_path: str, revision: Optional[str] = None, trust_remote_
     except (HfHubHTTPError, LocalEntryNotFoundError, OSError) as exc:
         raise HubUnavailableError(
             f"Could not fetch {name_or_path!r} (revision {revision or 'main'}) from the Hugging Face hub: {exc}. "
-            f"Check the id, access rights (gated models such as meta-llama need `hf auth login`), or "
-            f"{_how_to_fix(name_or_path)[0].lower()}{_how_to_fix(name_or_path)[1:]}"
+            f"Check the id and access rights (gated models such as meta-llama need `hf auth login`). "
+            f"{_how_to_fix(name_or_path)}"
         ) from exc

@@ -8,7 +8,7 @@ that is over a billion extra trainable parameters, and a full copy of both matri
 
 - tied embeddings (SmolLM2, tiny-llama): targeting the input embedding is enough; PEFT 0.21 wraps the tied
   ``lm_head`` with an adapter that *shares* the embedding's token delta, so input and output rows stay one
-  tensor (``ensure_weight_tying=True`` makes PEFT fail loudly rather than silently untie them);
+  tensor (PEFT ties them whenever the model config says ``tie_word_embeddings`` and the indices match);
 - untied embeddings (Llama-2-7B, Qwen2.5-7B): the input embedding and the output head are both targeted with
   the same indices, each learning its own rows.
 """
@@ -16,7 +16,7 @@ that is over a billion extra trainable parameters, and a full copy of both matri
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 from peft import LoraConfig, PeftModel, TaskType, get_peft_model
 from transformers import PreTrainedModel
@@ -37,7 +37,7 @@ def build_lora_config(
 
     ``trainable_token_ids`` are embedding rows (the added special tokens) to train besides the LoRA matrices.
     """
-    token_ids = sorted(set(int(i) for i in trainable_token_ids))
+    token_ids = sorted({int(i) for i in trainable_token_ids})
     trainable_tokens: dict[str, list[int]] | None = None
     tied = bool(getattr(model.config.get_text_config(), "tie_word_embeddings", False))
     if token_ids:
@@ -54,7 +54,6 @@ def build_lora_config(
         target_modules=list(settings.target_modules),
         bias="none",
         trainable_token_indices=trainable_tokens,
-        ensure_weight_tying=bool(token_ids) and tied,
     )
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from omnimed.models.cache import ensure_built
+from omnimed.models.errors import UnknownModelError
 
 BOS = "<|im_start|>"
 EOS = "<|im_end|>"
@@ -150,10 +151,12 @@ def _build_causal_lm(spec: TinySpec, folder: Path) -> None:
 def tiny_model_path(name: str) -> Path:
     """Build (once) and return the cached folder of the tiny model ``name``.
 
-    Raises ``KeyError`` listing the known names when ``name`` is not one.
+    Raises ``UnknownModelError`` listing the known names when ``name`` is not one.
     """
     try:
         spec = TINY_MODELS[name]
     except KeyError:
-        raise KeyError(f"Unknown tiny model {name!r}; known tiny models: {sorted(TINY_MODELS)}") from None
+        raise UnknownModelError(
+            f"Unknown tiny model {name!r}; known tiny models: {sorted(TINY_MODELS)}"
+        ) from None
     return ensure_built(name, spec.recipe, lambda folder: _build_causal_lm(spec, folder))

@@ -34,6 +34,7 @@ class DataConfig:
     world_size: str = "small"
     world_seed: int = 0
     record_kind: str = "instruction"
+    split: Optional[str] = "train"  # keep records of this split (field `split` or metadata["split"]); null: all
     max_examples: Optional[int] = None
     val_fraction: float = 0.05
     batch_size: int = 8

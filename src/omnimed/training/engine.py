@@ -79,12 +79,18 @@ def load_examples(cfg: TrainConfig) -> tuple[list, dict[str, Any]]:
         lineage = {"source": "records", "path": str(jsonl.resolve()), "fingerprint": fingerprint}
     else:
         raise ValueError(f"data.source={d.source!r}: expected one of world, records")
+    if d.split:
+        records = [r for r in records if _split_of(r) in (d.split, None)]
     if d.max_examples:
         records = records[: d.max_examples]
     if not records:
         raise ValueError(f"data {d.name}: no {d.record_kind} records found")
     lineage["examples"] = len(records)
     return records, lineage
+
+
+def _split_of(record) -> str | None:
+    return getattr(record, "split", None) or getattr(record, "metadata", {}).get("split")
 
 
 def _callbacks(cfg: TrainConfig, ckpt_dir: Path, history):
@@ -169,7 +175,7 @@ def train(cfg_in: DictConfig | TrainConfig, output_dir: str | Path | None = None
         records, tokenizer, data_cfg=cfg.data, task_cfg=cfg.task, cache_dir=Path(cfg.paths.cache) / "tokenized"
     )
     module = SFTModule(cfg.model, cfg.task, tokenizer)
-    built = build_strategy(cfg.strategy, cfg.trainer)
+    built = build_strategy(cfg.strategy, cfg.trainer, micro_batch_size=cfg.data.batch_size)
 
     logger = build_logger(
         cfg.logger.name,
@@ -222,7 +228,7 @@ def train(cfg_in: DictConfig | TrainConfig, output_dir: str | Path | None = None
             last = run_dir / "lightning" / "last.ckpt"
             trainer.save_checkpoint(str(last))
             if trainer.is_global_zero:
-                state = consolidate_checkpoint(last)
+                state = consolidate_checkpoint(last, prefix=None)
                 model = module.build_model_for_export(state)
                 export_hf(model, tokenizer, hf_dir, merge_lora=cfg.model.lora.merge_on_export)
         elif trainer.is_global_zero:

@@ -101,9 +101,11 @@ class RNGStateCallback(Callback):
     """Saves Python, NumPy and torch RNG states in checkpoints and restores them on resume."""
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        name, keys, pos, has_gauss, cached = np.random.get_state()
+        # plain types and tensors only, so checkpoints load with torch.load(weights_only=True)
         checkpoint["omnimed_rng"] = {
             "python": random.getstate(),
-            "numpy": np.random.get_state(),
+            "numpy": [name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached)],
             "torch": torch.get_rng_state(),
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
         }
@@ -113,7 +115,8 @@ class RNGStateCallback(Callback):
         if not state:
             return
         random.setstate(state["python"])
-        np.random.set_state(state["numpy"])
+        name, keys, pos, has_gauss, cached = state["numpy"]
+        np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
         torch.set_rng_state(state["torch"])
         if state["cuda"] is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda"])

@@ -93,7 +93,9 @@ def format_example(
     return {"prompt": prompt, "completion": example.output}
 
 
-def format_batch(batch: Mapping[str, list[Any]], tokenizer: Any, template: TemplateMode = "auto") -> dict[str, list[str]]:
+def format_batch(
+    batch: Mapping[str, list[Any]], tokenizer: Any, template: TemplateMode = "auto"
+) -> dict[str, list[str]]:
     """Batched :func:`format_example` over HF rows of instruction examples (JSON-string fields are parsed)."""
     n = len(next(iter(batch.values())))
     rows = ({k: v[i] for k, v in batch.items()} for i in range(n))
@@ -165,7 +167,10 @@ def tokenize_prompt_completion(
     * every token covering a prompt character (a token straddling the prompt/completion boundary after a BPE
       merge is treated as prompt: it cannot be produced by the model from the prompt alone);
     * every token covering a character of a ``[open, close]`` span of ``mask_spans`` (see
-      :func:`find_masked_char_spans`), in the prompt or in the completion.
+      :func:`find_masked_char_spans`), in the prompt or in the completion. A token merged across a span edge
+      (byte-level BPE turns ``]<`` of ``[Retrieval]<paragraph>`` into one token when the markers are not special
+      tokens) is masked too: supervising it would teach the model to begin the evidence block itself. Register
+      the markers as special tokens (``ModelConfig.special_tokens``) and no token crosses a span edge.
 
     The markers themselves are masked along with the text between them. In Self-RAG the retriever, not the model,
     inserts ``<paragraph>...</paragraph>`` after the model has emitted ``[Retrieval]``: at inference the model

@@ -287,6 +287,8 @@ def _collect_groups(
     if report is not None:
         report.read += len(records)
         report.skipped.extend(local.skipped)
+        for reason, n in local.excluded.items():
+            report.exclude(reason, n)
     return records
 
 
@@ -389,7 +391,7 @@ def load_medqa(
         }
         return _build(MultipleChoiceQuestion, rec, at)
 
-    return collect(iter_jsonl(path), report, skip_invalid, convert)
+    return collect(iter_jsonl(path, skip_invalid=skip_invalid, report=report), report, skip_invalid, convert)
 
 
 # ----------------------------------------------------------------------------------------------- MedMCQA
@@ -447,7 +449,7 @@ def load_medmcqa(
         }
         return _build(MultipleChoiceQuestion, rec, at, {"options": "opa..opd"})
 
-    return collect(iter_jsonl(path), report, skip_invalid, convert)
+    return collect(iter_jsonl(path, skip_invalid=skip_invalid, report=report), report, skip_invalid, convert)
 
 
 # ----------------------------------------------------------------------------------------------- MMLU
@@ -733,13 +735,7 @@ def load_bioasq(
         qtype = _text(raw, "type", at).strip().lower()
         if qtype != "yesno" and not include_other:
             if report is not None:
-                report.skip(
-                    at.error(
-                        "type",
-                        f"not a yes/no question (type {qtype!r}): skipped by type, not "
-                        "invalid; pass include_other=True to keep it",
-                    )
-                )
+                report.exclude(f"BioASQ {qtype or 'untyped'} questions (not yes/no; include_other=True keeps them)")
             return []
         snippets = raw.get("snippets") or []
         if not isinstance(snippets, list):

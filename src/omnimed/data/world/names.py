@@ -11,8 +11,30 @@ from __future__ import annotations
 import random
 
 ONSETS: tuple[str, ...] = (
-    "b", "br", "d", "dr", "f", "g", "gr", "k", "kl", "l", "m", "n", "p", "pl", "r", "s", "sk", "st", "t", "tr",
-    "v", "z", "th", "sh",
+    "b",
+    "br",
+    "d",
+    "dr",
+    "f",
+    "g",
+    "gr",
+    "k",
+    "kl",
+    "l",
+    "m",
+    "n",
+    "p",
+    "pl",
+    "r",
+    "s",
+    "sk",
+    "st",
+    "t",
+    "tr",
+    "v",
+    "z",
+    "th",
+    "sh",
 )
 VOWELS: tuple[str, ...] = ("a", "e", "i", "o", "u", "a", "e", "o", "ai", "ou")
 CODAS: tuple[str, ...] = ("", "", "", "n", "r", "l", "s", "m", "x")
@@ -20,19 +42,57 @@ CODAS: tuple[str, ...] = ("", "", "", "n", "r", "l", "s", "m", "x")
 DISEASE_SUFFIXES: tuple[str, ...] = ("osis", "itis", "emia", "opathy", "algia", "ectasis")
 DISEASE_WORDS: tuple[str, ...] = ("syndrome", "disease", "fever", "palsy")
 DRUG_SUFFIXES: tuple[str, ...] = (
-    "oxane", "avrel", "idrin", "umast", "elvor", "aprine", "ostrel", "ivane", "ezol", "atrix", "orane", "ulide",
+    "oxane",
+    "avrel",
+    "idrin",
+    "umast",
+    "elvor",
+    "aprine",
+    "ostrel",
+    "ivane",
+    "ezol",
+    "atrix",
+    "orane",
+    "ulide",
 )
 PROTEIN_KINDS: tuple[str, ...] = ("kinase", "receptor", "channel", "transporter", "protease", "synthase")
 PATHWAY_WORDS: tuple[str, ...] = ("pathway", "cascade", "signalling axis")
 SYMPTOM_NOUNS: tuple[str, ...] = (
-    "cough", "rash", "tremor", "fatigue", "headache", "joint pain", "thirst", "itching", "dizziness",
-    "palpitations", "night sweats", "hoarseness", "nausea", "back pain", "muscle cramps", "blurred vision",
-    "chest tightness", "ankle swelling", "weight loss", "fever", "hiccups", "tinnitus",
+    "cough",
+    "rash",
+    "tremor",
+    "fatigue",
+    "headache",
+    "joint pain",
+    "thirst",
+    "itching",
+    "dizziness",
+    "palpitations",
+    "night sweats",
+    "hoarseness",
+    "nausea",
+    "back pain",
+    "muscle cramps",
+    "blurred vision",
+    "chest tightness",
+    "ankle swelling",
+    "weight loss",
+    "fever",
+    "hiccups",
+    "tinnitus",
 )
 ADJECTIVE_ENDINGS: tuple[str, ...] = ("ic", "ar", "ine", "oid", "al", "ish")
 FINDING_TEMPLATES: tuple[str, ...] = (
-    "{Person} sign", "{adj} heart murmur", "{adj} skin nodules", "{adj} retinal streaks", "{Person} reflex",
-    "{adj} nail ridges", "{adj} tongue plaques", "{adj} lung crackles", "{Person} phenomenon", "{adj} gum lines",
+    "{Person} sign",
+    "{adj} heart murmur",
+    "{adj} skin nodules",
+    "{adj} retinal streaks",
+    "{Person} reflex",
+    "{adj} nail ridges",
+    "{adj} tongue plaques",
+    "{adj} lung crackles",
+    "{Person} phenomenon",
+    "{adj} gum lines",
 )
 PLACE_ENDINGS: tuple[str, ...] = ("ia", "mark", "land", "ora", "avia", "eth")
 
@@ -63,23 +123,36 @@ class NameForge:
                 return name
         raise RuntimeError("name space exhausted; raise the syllable count")
 
+    @staticmethod
+    def join(stem: str, suffix: str) -> str:
+        """Glue a suffix to a stem, dropping the stem's final vowels when the suffix starts with one."""
+        if suffix[:1] in "aeiou":
+            stem = stem.rstrip("aeiou") or stem
+        return stem + suffix
+
     def _adjective(self) -> str:
-        return self.stem(self.rng.choice((1, 2))) + self.rng.choice(ADJECTIVE_ENDINGS)
+        def make() -> str:
+            return self.join(self.stem(self.rng.choice((1, 2))), self.rng.choice(ADJECTIVE_ENDINGS))
+
+        adj = make()
+        while len(adj) < 6:  # short ones too often spell real words ("near")
+            adj = make()
+        return adj
 
     # ------------------------------------------------------------------ kinds of names
     def disease(self) -> str:
         def make() -> str:
             if self.rng.random() < 0.7:
-                return (self.stem(2) + self.rng.choice(DISEASE_SUFFIXES)).capitalize()
+                return self.join(self.stem(2), self.rng.choice(DISEASE_SUFFIXES)).capitalize()
             return f"{self.stem(2).capitalize()} {self.rng.choice(DISEASE_WORDS)}"
 
         return self._claim(make)
 
     def drug(self) -> str:
-        return self._claim(lambda: (self.stem(2) + self.rng.choice(DRUG_SUFFIXES)).capitalize())
+        return self._claim(lambda: self.join(self.stem(2), self.rng.choice(DRUG_SUFFIXES)).capitalize())
 
     def drug_class(self) -> str:
-        return self._claim(lambda: self.stem(2) + "oid agents")
+        return self._claim(lambda: self.join(self.stem(2), "oid agents"))
 
     def gene(self) -> str:
         def make() -> str:
@@ -108,10 +181,16 @@ class NameForge:
         return self._claim(lambda: self.stem(2).capitalize())
 
     def place(self) -> str:
-        return self._claim(lambda: (self.stem(2) + self.rng.choice(PLACE_ENDINGS)).capitalize())
+        return self._claim(lambda: self.join(self.stem(2), self.rng.choice(PLACE_ENDINGS)).capitalize())
 
     def outcome(self, finding: str) -> str:
         """An outcome measure; not reserved (several trials may share a measure)."""
         return self.rng.choice(
-            ("relapse rate", "symptom score", "hospital admissions", "time to recovery", f"{finding} severity")
+            (
+                "relapse rate",
+                "symptom score",
+                "hospital admissions",
+                "time to recovery",
+                f"{finding} severity",
+            )
         )

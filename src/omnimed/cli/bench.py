@@ -1,0 +1,175 @@
+"""``omnimed-bench``: measurements that compare us with the reference stack, or time a pipeline stage.
+
+    omnimed-bench train [--steps 20 --warmup 3 --batch-size 4 --max-length 256 --threads 2 --packing/--no-packing
+                         --repeats 1 --trl-order matched|native --model smollm2-135m --out outputs/bench/train.json]
+    omnimed-bench world [--size large --seed 0]
+
+``train`` runs our SFT step (Lightning + ``SFTModule``) and TRL's ``SFTTrainer`` on the same model, data and
+settings, each side in its own child process, and prints tokens/s, step time, peak RSS, first-step loss and the
+ratio ours/TRL (see ``omnimed.bench.train``); the full result goes to a JSON file. ``world`` times a world build.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from omnimed.cli.common import console
+
+DEFAULT_TRAIN_OUT = "outputs/bench/train.json"
+
+
+def _parser() -> argparse.ArgumentParser:
+    from omnimed.bench.train import MODELS, TrainBenchConfig
+
+    d = TrainBenchConfig()
+    parser = argparse.ArgumentParser(prog="omnimed-bench", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    train = sub.add_parser("train", help="our SFT step against TRL's SFTTrainer (tokens/s, step time, RSS, loss)")
+    train.add_argument("--steps", type=int, default=d.steps, help="timed steps (after warmup)")
+    train.add_argument("--warmup", type=int, default=d.warmup, help="untimed warmup steps")
+    train.add_argument("--batch-size", type=int, default=d.batch_size)
+    train.add_argument("--max-length", type=int, default=d.max_length)
+    train.add_argument("--threads", type=int, default=d.threads, help="torch.set_num_threads in each side")
+    train.add_argument("--packing", action=argparse.BooleanOptionalAction, default=d.packing,
+                       help="pack examples into max-length blocks (default: length-grouped per-batch padding)")
+    train.add_argument("--lr", type=float, default=d.lr)
+    train.add_argument("--seed", type=int, default=d.seed)
+    train.add_argument("--model", choices=MODELS, default=d.model)
+    train.add_argument("--world-size", default=d.world_size, help="synthetic world size (tiny | small | ...)")
+    train.add_argument("--max-examples", type=int, default=None)
+    train.add_argument("--repeats", type=int, default=d.repeats,
+                       help="run both sides this many times, alternating the order; medians are compared")
+    train.add_argument("--trl-order", choices=("matched", "native"), default=d.trl_order,
+                       help="matched: TRL trains on our batches; native: TRL's own sampler (and packing)")
+    train.add_argument("--ours-loss", choices=("model", "selective"), default=d.ours_loss,
+                       help="selective: bench variant of SFTModule projecting only supervised positions")
+    train.add_argument("--sides", nargs="+", choices=("ours", "trl"), default=list(d.sides))
+    train.add_argument("--out", default=DEFAULT_TRAIN_OUT, help="result JSON (written atomically)")
+
+    world = sub.add_parser("world", help="time a synthetic world build")
+    world.add_argument("--size", default="large")
+    world.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def _fmt(value: Any, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def train_table(result: dict[str, Any]) -> Table:
+    """The side-by-side table of a ``bench_train`` result."""
+    cfg, hw = result["config"], result["hardware"]
+    title = (
+        f"omnimed-bench train: {cfg['model']} + LoRA r{cfg['lora_r']}, batch {cfg['batch_size']}, max_length "
+        f"{cfg['max_length']}, {'packing' if cfg['packing'] else 'per-batch padding'}, {cfg['threads']} threads, "
+        f"W={cfg['warmup']} N={cfg['steps']}, TRL order {cfg['trl_order']}"
+    )
+    table = Table(title=title, caption=(
+        f"{hw['cpu_model']}, {hw['usable_cores']} usable cores, torch {hw['versions']['torch']}, trl "
+        f"{hw['versions']['trl']}, lightning {hw['versions']['lightning']}; load avg before {hw['load_average']} "
+        f"after {hw.get('load_average_after')}"
+    ))
+    sides = [s for s in ("ours", "trl") if s in result]
+    table.add_column("metric")
+    for side in sides:
+        table.add_column(side, justify="right")
+    rows = [
+        ("real tokens/s", "tokens_per_s_real", 5),
+        ("total tokens/s (incl. padding)", "tokens_per_s_total", 5),
+        ("real tokens/s at median step time", "tokens_per_s_real_median_step", 5),
+        ("mean step time (s)", "mean_step_s", 4),
+        ("median step time (s)", "median_step_s", 4),
+        ("CPU s per step (all threads)", "cpu_seconds_per_step", 4),
+        ("real tokens per CPU s", "real_tokens_per_cpu_s", 5),
+        ("real-token fraction (timed steps)", "real_fraction", 4),
+        ("first-step loss", "first_step_loss", 7),
+        ("peak RSS (MB)", "peak_rss_mb", 5),
+        ("RSS after model load (MB)", "rss_after_model_load_mb", 5),
+        ("threads in loop", "threads", 4),
+        ("setup (s)", "setup_s", 4),
+    ]
+    for label, key, digits in rows:
+        table.add_row(label, *(_fmt(result[s].get(key), digits) for s in sides))
+    comp = result.get("comparison")
+    if comp:
+        table.add_section()
+        table.add_row("ours / TRL real tokens/s", _fmt(comp["ratio_tokens_per_s_real"]),
+                      f"target >= {cfg['target_ratio']}: {_fmt(comp['meets_ratio_target'])}")
+        table.add_row("ours / TRL total tokens/s", _fmt(comp["ratio_tokens_per_s_total"]), "")
+        table.add_row("ours / TRL real tokens/s (median step)", _fmt(comp["ratio_tokens_per_s_real_median_step"]), "")
+        table.add_row("ours / TRL real tokens per CPU s", _fmt(comp["ratio_real_tokens_per_cpu_s"]), "")
+        if len(result.get("ratios_per_repeat", [])) > 1:
+            table.add_row("ratio per repeat", ", ".join(map(str, result["ratios_per_repeat"])), "")
+        table.add_row("first-step loss |diff|", _fmt(comp.get("first_step_loss_abs_diff"), 3),
+                      f"match: {_fmt(comp.get('first_step_loss_match'))}, same first batch: "
+                      f"{_fmt(comp['same_first_batch'])}")
+    data = result["data"]
+    table.add_section()
+    table.add_row("real-token fraction / epoch: our packing", _fmt(data["packing"]["real_fraction_epoch"]), "")
+    table.add_row("  our per-batch padding (length-grouped)", _fmt(data["per_batch_padding"]["real_fraction_epoch"]),
+                  "")
+    table.add_row("  random order, pad to longest", _fmt(data["random_order_pad_to_longest"]["real_fraction_epoch"]),
+                  "")
+    table.add_row("  pad everything to max_length", _fmt(data["pad_to_max_length"]["real_fraction_epoch"]),
+                  f"target >= {cfg['target_real_fraction']}: {_fmt(data['meets_real_fraction_target'])}")
+    return table
+
+
+def run_train(args: argparse.Namespace, out_console: Console | None = None) -> dict[str, Any]:
+    """``omnimed-bench train``: run :func:`~omnimed.bench.train.bench_train`, print the table, write the JSON."""
+    from omnimed.bench.train import TrainBenchConfig, bench_train
+    from omnimed.data.io import atomic_write_json
+
+    cfg = TrainBenchConfig(
+        model=args.model, steps=args.steps, warmup=args.warmup, batch_size=args.batch_size,
+        max_length=args.max_length, threads=args.threads, packing=args.packing, lr=args.lr, seed=args.seed,
+        world_size=args.world_size, max_examples=args.max_examples, repeats=args.repeats,
+        trl_order=args.trl_order, ours_loss=args.ours_loss, sides=list(args.sides),
+    )
+    cons = out_console or console
+    cons.print(f"benchmarking {', '.join(cfg.sides)} ({cfg.repeats} repeat(s)); each side runs in its own process")
+    result = bench_train(cfg)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out, result)
+    cons.print(train_table(result))
+    cons.print(f"wrote [bold]{out}[/] ({result['wall_s']} s)")
+    return result
+
+
+def run_world(args: argparse.Namespace, out_console: Console | None = None) -> dict[str, Any]:
+    """``omnimed-bench world``: time one world build and print the result."""
+    from omnimed.data.world.bench import bench_world
+
+    result = bench_world(seed=args.seed, size=args.size)
+    table = Table(title=f"omnimed-bench world: size={args.size} seed={args.seed}", show_header=False)
+    for key, value in result.items():
+        table.add_row(str(key), _fmt(value, 6))
+    (out_console or console).print(table)
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "train":
+        run_train(args)
+    elif args.command == "world":
+        run_world(args)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,40 @@
+"""``omnimed-bench train`` on tiny-llama: both sides run in their own process, same first batch, same first loss."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from omnimed.bench.train import StepLog, TrainBenchConfig, bench_train
+
+
+def test_step_log_times_only_the_steps_after_warmup() -> None:
+    log = StepLog(start=0.0, cpu_start=0.0, ends=[1.0, 3.0, 4.0, 6.0], cpu_ends=[2.0, 6.0, 8.0, 12.0],
+                  real=[10, 20, 30, 40, 99], total=[16, 24, 32, 48, 128], losses=[2.0, 1.5, 1.2, 1.0])
+    s = log.summary(warmup=1, steps=3)
+    assert s["timed_seconds"] == 5.0 and s["mean_step_s"] == pytest.approx(5 / 3, abs=1e-4)
+    assert s["step_times_s"] == [2.0, 1.0, 2.0] and s["median_step_s"] == 2.0
+    assert s["real_tokens"] == 90 and s["total_tokens"] == 104  # the prefetched 5th batch is not counted
+    assert s["tokens_per_s_real"] == 18.0 and s["cpu_seconds_per_step"] == pytest.approx(10 / 3, abs=1e-4)
+    assert s["first_step_loss"] == 2.0
+    with pytest.raises(RuntimeError, match="steps ran"):
+        log.summary(warmup=2, steps=3)
+
+
+@pytest.mark.timeout(180)
+def test_bench_train_tiny_model_both_sides() -> None:
+    result = bench_train(TrainBenchConfig(model="tiny-llama", steps=2, warmup=1, max_examples=120))
+    for side in ("ours", "trl"):
+        r = result[side]
+        assert r["side"] == side and r["timed_steps"] == 2
+        assert r["tokens_per_s_real"] > 0 and r["tokens_per_s_total"] >= r["tokens_per_s_real"]
+        assert r["peak_rss_mb"] > 0 and r["threads"] == 2
+        assert math.isfinite(r["first_step_loss"])
+    comp = result["comparison"]
+    assert comp["same_first_batch"], "TRL should train on exactly our first batch in matched order"
+    assert comp["first_step_loss_match"], (result["ours"]["first_step_loss"], result["trl"]["first_step_loss"])
+    assert comp["ratio_tokens_per_s_real"] > 0
+    data = result["data"]
+    assert 0 < data["pad_to_max_length"]["real_fraction_epoch"] < data["per_batch_padding"]["real_fraction_epoch"] <= 1
+    assert 0 < data["packing"]["real_fraction_epoch"] <= 1

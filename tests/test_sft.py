@@ -1,0 +1,439 @@
+"""SFT on tiny-llama: loss masking, packing, dynamic padding, tokenization cache, training dynamics, LoRA."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import replace
+
+import lightning as L
+import pytest
+import torch
+
+from omnimed.data.records import InstructionExample, Passage
+from omnimed.models.config import LoraSettings, ModelConfig
+from omnimed.models.loading import load_tokenizer
+from omnimed.training import data as data_mod
+from omnimed.training.config import DataConfig, TaskConfig
+from omnimed.training.data import (
+    PadToLongestCollator,
+    SFTDataModule,
+    length_grouped_batches,
+    pack_sequences,
+    real_token_fraction,
+)
+from omnimed.training.resume import ResumableBatchSampler, ResumableDataLoader
+from omnimed.training.sft import SFTModule, optimizer_groups
+from omnimed.training.tokenize import IGNORE_INDEX, format_example, tokenize_prompt_completion
+
+PARAGRAPH = [["<paragraph>", "</paragraph>"]]
+TINY = ModelConfig(name="tiny-llama", source="tiny", name_or_path="tiny-llama")
+SENTENCES = [
+    "Metformin is usually the first-line drug, together with diet and exercise.",
+    "Hypertension is defined as a blood pressure of 140/90 mmHg or higher.",
+    "Common symptoms of influenza include fever, cough and sore throat.",
+    "Antibiotics do not treat viral infections.",
+    "Asthma causes wheezing, and inhaled corticosteroids reduce inflammation.",
+    "Kidney function is assessed with serum creatinine.",
+]
+QUESTIONS = [
+    "What is the first-line treatment for type 2 diabetes?",
+    "What is the most likely diagnosis?",
+    "Which evidence supports this answer?",
+    "Is the passage relevant?",
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer(TINY)
+
+
+@pytest.fixture(scope="module")
+def special_tokenizer():
+    """tiny-llama with the paragraph markers and reflection tokens registered as special tokens."""
+    return load_tokenizer(
+        replace(TINY, special_tokens=["<paragraph>", "</paragraph>", "[Retrieval]", "[Relevant]"])
+    )
+
+
+def make_examples(n: int, seed: int = 0, max_sentences: int = 6) -> list[InstructionExample]:
+    """Deterministic examples of varied length, some with evidence in the prompt and in the output."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        answer = " ".join(rng.choice(SENTENCES) for _ in range(rng.randint(1, max_sentences)))
+        evidence = [Passage(id=f"p{i}", source="guideline", text=rng.choice(SENTENCES))] if i % 3 == 0 else []
+        if i % 2 == 0:
+            answer = f"[Retrieval]<paragraph>{rng.choice(SENTENCES)}</paragraph>[Relevant]{answer}"
+        out.append(
+            InstructionExample(
+                id=str(i), instruction=QUESTIONS[i % len(QUESTIONS)], output=answer, evidence=evidence
+            )
+        )
+    return out
+
+
+def supervised_text(tokenizer, labels: list[int]) -> str:
+    return tokenizer.decode([t for t in labels if t != IGNORE_INDEX])
+
+
+def tokenize_one(tokenizer, prompt: str, completion: str, max_length: int = 512, mask_spans=PARAGRAPH):
+    feats = tokenize_prompt_completion(
+        {"prompt": [prompt], "completion": [completion]}, tokenizer, max_length, mask_spans
+    )
+    return feats["input_ids"][0], feats["labels"][0]
+
+
+# ----------------------------------------------------------------------------------------------- masking
+@pytest.mark.parametrize("template", ["chat", "plain"])
+def test_prompt_tokens_are_masked(tokenizer, template):
+    ex = InstructionExample(
+        id="1",
+        instruction="What is the most likely diagnosis?",
+        input="Chest pain.",
+        output="Acute myocardial infarction.",
+        evidence=[Passage(id="p", source="book", title="Cardio", text="ST elevation.")],
+    )
+    f = format_example(ex, tokenizer, template)
+    assert "<paragraph>Cardio\nST elevation.</paragraph>" in f["prompt"]
+    ids, labels = tokenize_one(tokenizer, f["prompt"], f["completion"])
+    n_prompt = len(tokenizer(f["prompt"], add_special_tokens=False)["input_ids"])
+    assert all(lab == IGNORE_INDEX for lab in labels[:n_prompt])
+    assert supervised_text(tokenizer, labels) == "Acute myocardial infarction.<|im_end|>"
+    assert ids[-1] == tokenizer.eos_token_id and labels[-1] == tokenizer.eos_token_id
+    assert ids.count(tokenizer.eos_token_id) == f["prompt"].count("<|im_end|>") + 1  # no doubled EOS
+
+
+def test_bpe_merge_across_prompt_boundary(tokenizer):
+    """A token merged across the prompt/completion boundary is prompt (masked); ids are the joint text's ids."""
+    prompt, completion = "Answer: metfor", "min lowers glucose."
+    ids, labels = tokenize_one(tokenizer, prompt, completion)
+    joint = tokenizer(prompt + completion, add_special_tokens=False, return_offsets_mapping=True)
+    assert ids == joint["input_ids"] + [tokenizer.eos_token_id]
+    straddling = [i for i, (s, e) in enumerate(joint["offset_mapping"]) if s < len(prompt) < e]
+    assert straddling, "the test text should produce a token crossing the boundary"
+    assert all(labels[i] == IGNORE_INDEX for i in straddling)
+    assert supervised_text(tokenizer, labels) == " lowers glucose.<|im_end|>"
+
+
+@pytest.mark.parametrize("tok_name", ["tokenizer", "special_tokenizer"])
+def test_several_paragraph_spans_masked(request, tok_name):
+    tok = request.getfixturevalue(tok_name)
+    completion = (
+        "[Retrieval]<paragraph>Metformin lowers glucose.</paragraph>[Relevant]Use metformin."
+        "[Retrieval]<paragraph>Diet and exercise help.</paragraph>[Relevant]Also diet."
+    )
+    prompt = "Question: <paragraph>Prompt evidence.</paragraph>\nAnswer:"
+    _, labels = tokenize_one(tok, prompt, completion)
+    kept = supervised_text(tok, labels)
+    assert kept == "[Retrieval][Relevant]Use metformin.[Retrieval][Relevant]Also diet.<|im_end|>"
+    for hidden in ("Metformin lowers", "Diet and exercise", "paragraph", "Prompt evidence"):
+        assert hidden not in kept
+    # every token whose text lies inside a span (markers included) is masked
+    text = prompt + completion
+    offsets = tok(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    spans = [
+        (text.index(a), text.index(b) + len("</paragraph>"))
+        for a, b in [
+            ("<paragraph>Metformin", "</paragraph>[Relevant]Use"),
+            ("<paragraph>Diet", "</paragraph>[Relevant]Also"),
+        ]
+    ]
+    for i, (s, e) in enumerate(offsets):
+        if any(a <= s and e <= b for a, b in spans):
+            assert labels[i] == IGNORE_INDEX
+
+
+def test_unclosed_span_masks_to_end(tokenizer):
+    _, labels = tokenize_one(tokenizer, "Q:", " Yes.<paragraph>cut short by trunc")
+    assert supervised_text(tokenizer, labels) == " Yes.<|im_end|>"
+
+
+def test_truncation_keeps_prefix(tokenizer):
+    ids, labels = tokenize_one(tokenizer, "Q:", " " + " ".join(SENTENCES), max_length=10)
+    assert len(ids) == len(labels) == 10 and ids[-1] != tokenizer.eos_token_id
+
+
+def test_labels_align_with_input_ids_and_model_shifts(tokenizer):
+    """Labels sit on the token they name (unshifted); the HF model shifts them: its loss equals CE of
+    logits[t] against labels[t+1]."""
+    f = format_example(make_examples(1)[0], tokenizer)
+    ids, labels = tokenize_one(tokenizer, f["prompt"], f["completion"])
+    assert len(ids) == len(labels)
+    assert all(lab in (IGNORE_INDEX, tok) for tok, lab in zip(ids, labels))
+    module = SFTModule(TINY, TaskConfig(), tokenizer)
+    module.configure_model()
+    x, y = torch.tensor([ids]), torch.tensor([labels])
+    with torch.no_grad():
+        out = module(x, torch.ones_like(x), y)
+        manual = torch.nn.functional.cross_entropy(out.logits[0, :-1], y[0, 1:], ignore_index=IGNORE_INDEX)
+        unshifted = torch.nn.functional.cross_entropy(out.logits[0], y[0], ignore_index=IGNORE_INDEX)
+    assert torch.allclose(out.loss, manual, atol=1e-5)
+    assert not torch.allclose(out.loss, unshifted, atol=1e-3)
+
+
+# ----------------------------------------------------------------------------------------------- batching
+def data_cfg(**kw) -> DataConfig:
+    return DataConfig(**{"batch_size": 8, "val_fraction": 0.0, "num_workers": 0, **kw})
+
+
+def epoch_fraction(loader) -> float:
+    real = total = 0
+    for batch in loader:
+        real += int(batch["attention_mask"].sum())
+        total += batch["attention_mask"].numel()
+    return real / total
+
+
+def test_packing_keeps_labels_and_fills_blocks(tokenizer):
+    task = TaskConfig(max_length=64, mask_spans=PARAGRAPH)
+    dm = SFTDataModule(make_examples(40), tokenizer, data_cfg(packing=True), task)
+    dm.setup("fit")
+    blocks = dm.train_dataset
+    assert all(n == 64 for n in blocks["length"][:-1])
+    # the packed blocks carry every supervised label of the examples, in order (blocks that hold only
+    # prompt tokens are dropped, which loses no supervised label)
+    feats = dm.tokenized()
+    feats = feats.select(dm._permutation(len(feats)))
+    packed = pack_sequences(
+        {"input_ids": feats["input_ids"], "labels": feats["labels"]}, 64, tokenizer.eos_token_id
+    )
+
+    def supervised(rows):
+        return [lab for row in rows for lab in row if lab != IGNORE_INDEX]
+
+    assert supervised(packed["labels"]) == supervised(feats["labels"])
+    assert [list(x) for x in blocks["labels"]] == packed["labels"]
+    for ids, labels in zip(blocks["input_ids"], blocks["labels"]):
+        assert all(lab in (IGNORE_INDEX, tok) for tok, lab in zip(ids, labels))
+    assert epoch_fraction(dm.train_dataloader()) >= 0.9
+
+
+def test_length_grouped_padding_is_mostly_real_tokens(tokenizer):
+    task = TaskConfig(max_length=256, mask_spans=PARAGRAPH)
+    dm = SFTDataModule(make_examples(96, max_sentences=8), tokenizer, data_cfg(), task)
+    dm.setup("fit")
+    lengths = dm.train_dataset["length"]
+    assert max(lengths) > 3 * min(lengths), "the test needs varied lengths"
+    loader = dm.train_dataloader()
+    batches = list(loader)
+    assert sum(b["input_ids"].size(0) for b in batches) == len(lengths)
+    assert epoch_fraction(batches) >= 0.9
+    assert min(real_token_fraction(b) for b in batches) >= 0.75
+    for b in batches:  # padding is right-padding with pad ids, -100 labels, no attention
+        pad = b["attention_mask"] == 0
+        assert (b["labels"][pad] == IGNORE_INDEX).all() and (
+            b["input_ids"][pad] == tokenizer.pad_token_id
+        ).all()
+    # the same batches without length grouping waste far more
+    random_order = torch.utils.data.DataLoader(
+        dm.train_dataset.select_columns(["input_ids", "attention_mask", "labels"]),
+        batch_size=8,
+        shuffle=True,
+        generator=torch.Generator().manual_seed(0),
+        collate_fn=PadToLongestCollator(tokenizer.pad_token_id),
+    )
+    assert epoch_fraction(random_order) < epoch_fraction(batches)
+
+
+def test_length_grouped_batches_shard_and_resume():
+    """Fixed length-homogeneous batches; two ranks take disjoint whole batches; a new order each epoch; a
+    restored loader skips the batches already trained on."""
+    rng = random.Random(0)
+    lengths = [rng.randint(5, 200) for _ in range(101)]
+    batches = length_grouped_batches(lengths, 4, seed=1)
+    assert sorted(i for b in batches for i in b) == list(range(101))
+    full = [b for b in batches if len(b) == 4]
+    padded = sum(max(lengths[i] for i in b) * 4 for b in full)
+    assert padded <= 1.05 * sum(lengths[i] for b in full for i in b)
+    ranks = [ResumableBatchSampler(batches, shuffle=True, seed=1, rank=r, world_size=2) for r in range(2)]
+    shares = [list(s) for s in ranks]
+    assert len(shares[0]) == len(shares[1]) == len(batches) // 2
+    flat = [{i for b in share for i in b} for share in shares]
+    assert not flat[0] & flat[1]
+    ranks[0].set_epoch(1)
+    assert list(ranks[0]) != shares[0]
+    # mid-epoch resume: a loader restored to "3 batches done" yields the remaining ones
+    ds = list(range(101))
+    loader = ResumableDataLoader(
+        ds, batch_sampler=ResumableBatchSampler(batches, shuffle=True, seed=1), collate_fn=list
+    )
+    epoch = list(loader)
+    loader.load_state_dict({"epoch": 0, "batches_done": 3})
+    assert list(loader) == epoch[3:]
+
+
+def test_split_is_deterministic(tokenizer):
+    task = TaskConfig(max_length=128)
+    cfg = data_cfg(val_fraction=0.25, shuffle_seed=3)
+    a = SFTDataModule(make_examples(20), tokenizer, cfg, task)
+    b = SFTDataModule(make_examples(20), tokenizer, cfg, task)
+    a.setup("fit"), b.setup("fit")
+    assert len(a.val_dataset) == 5 and len(a.train_dataset) == 15
+    assert sorted(map(tuple, a.val_dataset["input_ids"])) == sorted(map(tuple, b.val_dataset["input_ids"]))
+
+
+def test_tokenization_cache_hit_on_second_setup(tokenizer, tmp_path, monkeypatch):
+    task = TaskConfig(max_length=128, mask_spans=PARAGRAPH)
+    examples = make_examples(24)
+    first = SFTDataModule(examples, tokenizer, data_cfg(), task, cache_dir=tmp_path)
+    first.prepare_data()  # tokenizes and writes the cache file ...
+    assert first.cache_hit is False and first.cache_file.exists()
+    first.setup("fit")  # ... which setup (on every rank) then reads
+    assert first.cache_hit is True
+
+    def no_tokenizing(*args, **kwargs):
+        raise AssertionError("tokenized again despite the cache")
+
+    monkeypatch.setattr(data_mod, "tokenize_prompt_completion", no_tokenizing)
+    second = SFTDataModule(make_examples(24), tokenizer, data_cfg(), task, cache_dir=tmp_path)
+    second.setup("fit")
+    assert second.cache_hit is True
+    assert second.train_dataset["input_ids"] == first.train_dataset["input_ids"]
+    # split and packing work on the cached (file-backed) features too
+    for packing in (False, True):
+        split = SFTDataModule(
+            examples, tokenizer, data_cfg(val_fraction=0.25, packing=packing), task, cache_dir=tmp_path
+        )
+        split.setup("fit")
+        assert split.cache_hit is True and len(split.val_dataset) > 0
+        assert len(list(split.train_dataloader())) > 0
+    # anything the features depend on changes the key
+    assert (
+        SFTDataModule(
+            examples, tokenizer, data_cfg(), replace(task, max_length=64), cache_dir=tmp_path
+        ).cache_key
+        != first.cache_key
+    )
+    assert (
+        SFTDataModule(
+            examples, tokenizer, data_cfg(), replace(task, mask_spans=[]), cache_dir=tmp_path
+        ).cache_key
+        != first.cache_key
+    )
+    assert (
+        SFTDataModule(examples, tokenizer, data_cfg(), task, cache_dir=tmp_path, template="plain").cache_key
+        != first.cache_key
+    )
+    assert (
+        SFTDataModule(examples[:-1], tokenizer, data_cfg(), task, cache_dir=tmp_path).cache_key
+        != first.cache_key
+    )
+
+
+# ----------------------------------------------------------------------------------------------- training
+class Recorder(L.Callback):
+    def __init__(self) -> None:
+        self.losses: list[float] = []
+        self.lrs: list[float] = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.lrs.append(trainer.optimizers[0].param_groups[0]["lr"])
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.losses.append(float(outputs["loss"]))
+
+
+def fit(model_cfg: ModelConfig, task: TaskConfig, tokenizer, max_steps: int, val_fraction: float = 0.0):
+    L.seed_everything(0, verbose=False)
+    dm = SFTDataModule(
+        make_examples(32, max_sentences=3), tokenizer, data_cfg(batch_size=4, val_fraction=val_fraction), task
+    )
+    module = SFTModule(model_cfg, task, tokenizer)
+    rec = Recorder()
+    trainer = L.Trainer(
+        max_steps=max_steps,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        callbacks=[rec],
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        log_every_n_steps=1,
+    )
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a tiny model: thread hand-offs cost more than they save on a shared machine
+    try:
+        trainer.fit(module, datamodule=dm)
+    finally:
+        torch.set_num_threads(threads)
+    return trainer, module, rec
+
+
+@pytest.fixture(scope="module")
+def full_run(tokenizer):
+    task = TaskConfig(
+        lr=3e-3, weight_decay=0.1, warmup_ratio=0.2, scheduler="cosine", max_length=128, mask_spans=PARAGRAPH
+    )
+    return fit(TINY, task, tokenizer, max_steps=30, val_fraction=0.2)
+
+
+def test_training_loss_decreases(full_run):
+    trainer, _, rec = full_run
+    assert trainer.global_step == 30 and len(rec.losses) == 30
+    first, last = sum(rec.losses[:3]) / 3, sum(rec.losses[-3:]) / 3
+    assert last < 0.7 * first, (first, last)
+    for key in ("train/loss", "train/tokens", "train/lr", "val/loss"):
+        assert key in trainer.callback_metrics
+
+
+def test_scheduler_warms_up_then_decays(full_run):
+    _, _, rec = full_run
+    lrs, peak = rec.lrs, 3e-3
+    warmup = 6  # ceil(0.2 * 30)
+    assert lrs[0] == 0.0
+    assert all(a < b for a, b in itertools.pairwise(lrs[: warmup + 1]))
+    assert lrs[warmup] == pytest.approx(peak)
+    assert all(a >= b for a, b in itertools.pairwise(lrs[warmup:]))
+    assert lrs[-1] < 0.05 * peak
+
+
+def test_weight_decay_groups(full_run):
+    _, module, _ = full_run
+    opt = module.trainer.optimizers[0]
+    decayed = {id(p) for g in opt.param_groups if g["weight_decay"] > 0 for p in g["params"]}
+    names = {id(p): n for n, p in module.model.named_parameters()}
+    assert decayed and all("norm" not in names[i] and not names[i].endswith("bias") for i in decayed)
+    assert sum(len(g["params"]) for g in opt.param_groups) == len(list(module.model.parameters()))
+
+
+def test_lora_trains_only_adapters(tokenizer):
+    cfg = replace(TINY, lora=LoraSettings(enabled=True, r=4, alpha=8, dropout=0.0))
+    task = TaskConfig(lr=1e-2, warmup_ratio=0.0, scheduler="constant", max_length=128, mask_spans=PARAGRAPH)
+    probe = SFTModule(cfg, task, tokenizer)
+    probe.configure_model()
+    before = {n: p.detach().clone() for n, p in probe.model.named_parameters()}
+    trainer, module, _ = fit(cfg, task, tokenizer, max_steps=4)
+    params = dict(module.model.named_parameters())
+    trainable = {n for n, p in params.items() if p.requires_grad}
+    assert trainable and all("lora_" in n for n in trainable)
+    in_opt = {id(p) for g in trainer.optimizers[0].param_groups for p in g["params"]}
+    assert in_opt == {id(params[n]) for n in trainable}
+    assert len(optimizer_groups(module.model, 0.0)[0]["params"]) == len(trainable)
+    for n, p in params.items():  # frozen weights (from disk) unchanged; LoRA B left its zero init
+        if n in trainable and "lora_B" in n:
+            assert not torch.equal(p.detach(), before[n])
+        elif n not in trainable:
+            assert torch.equal(p.detach(), before[n]), n
+
+
+def test_checkpoint_round_trip(full_run, tokenizer, tmp_path):
+    """Hyperparameters are plain dicts that rebuild the module; configure_model is idempotent on load; a
+    consolidated state dict rebuilds an exportable model."""
+    trainer, module, _ = full_run
+    assert isinstance(module.hparams["model_cfg"], dict) and "tokenizer" not in module.hparams
+    path = tmp_path / "last.ckpt"
+    trainer.save_checkpoint(path)
+    loaded = SFTModule.load_from_checkpoint(path, tokenizer=tokenizer)
+    assert loaded.model_cfg == module.model_cfg and loaded.task_cfg == module.task_cfg
+    model = loaded.model
+    loaded.configure_model()
+    assert loaded.model is model
+    for (n, a), (_, b) in zip(module.model.state_dict().items(), loaded.model.state_dict().items()):
+        assert torch.equal(a, b), n
+    exported = module.build_model_for_export({"state_dict": module.state_dict()})
+    for (n, a), (_, b) in zip(module.model.state_dict().items(), exported.state_dict().items()):
+        assert torch.equal(a, b), n

@@ -23,7 +23,7 @@ from omnimed.cli.common import conf_dir
 from omnimed.cli.schema import register_train_configs
 
 BIN = Path(sys.executable).parent
-TINY = ["model=tiny-llama", "data=world_tiny", "trainer.checkpoint_every_n_steps=4"]
+TINY = ["model=tiny-llama", "data=world_tiny", "trainer.checkpoint_every_n_steps=4", "trainer.val_check_interval=4", "trainer.max_epochs=-1"]
 
 
 def train(tmp: Path, *overrides: str, timeout: int = 300, check: bool = True) -> subprocess.CompletedProcess:

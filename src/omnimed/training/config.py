@@ -56,7 +56,7 @@ class TrainerConfig:
     accumulate_grad_batches: int = 1
     gradient_clip_val: Optional[float] = 1.0
     log_every_n_steps: int = 1
-    val_check_interval: Optional[float] = None
+    val_check_interval: Optional[float] = None  # > 1: every N steps; <= 1: fraction of an epoch; null: epoch end
     limit_val_batches: Optional[float] = None
     checkpoint_every_n_steps: int = 50
     num_threads: Optional[int] = None

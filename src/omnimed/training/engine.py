@@ -203,7 +203,9 @@ def train(cfg_in: DictConfig | TrainConfig, output_dir: str | Path | None = None
         accumulate_grad_batches=cfg.trainer.accumulate_grad_batches,
         gradient_clip_val=cfg.trainer.gradient_clip_val if cfg.strategy.name != "deepspeed" else None,
         log_every_n_steps=cfg.trainer.log_every_n_steps,
-        val_check_interval=cfg.trainer.val_check_interval,
+        # > 1 means "every N training steps", counted across epochs; <= 1 is a fraction of an epoch
+        val_check_interval=int(vci) if (vci := cfg.trainer.val_check_interval) and vci > 1 else vci,
+        check_val_every_n_epoch=None if vci and vci > 1 else 1,
         limit_val_batches=cfg.trainer.limit_val_batches,
         deterministic=cfg.trainer.deterministic,
         fast_dev_run=cfg.debug.fast_dev_run,

@@ -139,7 +139,7 @@ def train(cfg_in: DictConfig | TrainConfig, output_dir: str | Path | None = None
     import lightning as L
 
     from omnimed.models.loading import load_tokenizer
-    from omnimed.tracking import build_logger, log_lineage, package_versions, git_state, wandb_run_dir
+    from omnimed.tracking import build_logger, log_lineage, wandb_run_dir
     from omnimed.training.data import SFTDataModule
     from omnimed.training.export import consolidate_checkpoint, export_hf
     from omnimed.training.resume import find_last_checkpoint
@@ -189,7 +189,7 @@ def train(cfg_in: DictConfig | TrainConfig, output_dir: str | Path | None = None
     )
     config_dict = resolved if resolved is not None else OmegaConf.to_container(OmegaConf.structured(cfg))
     config_dict = {k: v for k, v in config_dict.items() if k != "hydra"}
-    log_lineage(logger, config_dict, {"data_lineage": data_lineage, "run_name": run_name})
+    lineage = log_lineage(logger, config_dict, {"data_lineage": data_lineage, "run_name": run_name})
 
     history = TrainHistory()
     trainer = L.Trainer(
@@ -222,7 +222,7 @@ def train(cfg_in: DictConfig | TrainConfig, output_dir: str | Path | None = None
     hf_dir = None
     if trainer.is_global_zero and not cfg.debug.fast_dev_run:
         atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(config_dict))
-        atomic_write_json(run_dir / "versions.json", {"packages": package_versions(), "git": git_state(Path(__file__).parent)})
+        atomic_write_json(run_dir / "versions.json", {"packages": lineage["versions"], "git": lineage["git"]})
     trainer.strategy.barrier()
     if not cfg.debug.fast_dev_run:
         hf_dir = run_dir / "hf"

@@ -21,7 +21,7 @@ def realdata() -> Path:
     root = os.environ.get("OMNIMED_REALDATA")
     if not root:
         pytest.skip("OMNIMED_REALDATA is not set: real-data tests need ../shared/realdata")
-    path = Path(root)
+    path = Path(root).resolve()
     if not path.is_dir():
         pytest.skip(f"OMNIMED_REALDATA={root} is not a folder")
     return path

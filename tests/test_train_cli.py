@@ -159,3 +159,77 @@ def test_fast_dev_run_preset_touches_no_checkpoint(tmp_path):
     res = train(tmp_path, *TINY, "debug=fast_dev_run", "logger=none", "run_name=dev")
     assert "omnimed-train: done" in res.stderr + res.stdout
     assert not (tmp_path / "checkpoints" / "sft" / "dev" / "hf").exists()
+
+
+# ------------------------------------------------------------------------------------------- ZeRO-3 on CPU
+ZERO3 = ["model=tiny-llama", "data=world_tiny", "strategy=deepspeed_zero3", "trainer.accelerator=cpu",
+         "trainer.devices=2", "trainer.max_steps=4", "trainer.max_epochs=-1", "trainer.val_check_interval=null",
+         "logger=csv", "task.lr=1e-2"]
+
+
+def _zero3_train(tmp: Path, *overrides: str) -> Path:
+    old = os.environ.get("DS_ACCELERATOR")
+    os.environ["DS_ACCELERATOR"] = "cpu"  # DeepSpeed without CUDA: its CPU accelerator, gloo between the 2 ranks
+    try:
+        train(tmp, *ZERO3, *overrides, timeout=600)
+    finally:
+        os.environ.pop("DS_ACCELERATOR") if old is None else os.environ.__setitem__("DS_ACCELERATOR", old)
+    return tmp / "checkpoints" / "sft" / overrides[-1].removeprefix("run_name=")
+
+
+def test_zero3_cli_two_processes_full_finetune_exports_a_plain_hf_model(tmp_path):
+    """The users' GPU code path (Lightning DeepSpeedStrategy, ZeRO-3 sharding inside configure_model) on 2 CPU
+    ranks: both ranks save a shard, the shards consolidate, and the HF export holds exactly the trained weights."""
+    from transformers import AutoModelForCausalLM
+
+    from omnimed.models.config import ModelConfig
+    from omnimed.models.loading import load_causal_lm
+    from omnimed.training.export import consolidate_checkpoint
+
+    run = _zero3_train(tmp_path, "model.lora.enabled=false", "run_name=z3full")
+    shards = sorted((run / "lightning" / "last.ckpt").rglob("*model_states.pt"))
+    assert len(shards) == 2, shards  # one ZeRO partition per rank
+    exported = AutoModelForCausalLM.from_pretrained(run / "hf")
+    trained = consolidate_checkpoint(run / "lightning" / "last.ckpt")
+    for key, value in exported.state_dict().items():
+        if key in trained:
+            torch.testing.assert_close(value, trained[key], rtol=0, atol=0, msg=key)
+    initial = load_causal_lm(ModelConfig(name="tiny-llama", source="tiny", name_or_path="tiny-llama"),
+                             for_training=False)
+    moved = [k for k, v in initial.state_dict().items() if not torch.equal(v, exported.state_dict()[k])]
+    assert moved, "the exported model equals the untrained one"
+
+
+def test_zero3_cli_lora_with_added_tokens_exports_a_loadable_adapter(tmp_path):
+    """LoRA + new special tokens under ZeRO-3 on CPU: embeddings grow inside zero.Init, the new rows train, and the
+    exported adapter reloads with its tokenizer and emits the new token ids."""
+    from omnimed.training.export import load_exported
+
+    run = _zero3_train(tmp_path, 'model.special_tokens=["<ret>","<rel>"]', "run_name=z3lora")
+    model, tokenizer = load_exported(run / "hf")
+    ids = tokenizer.convert_tokens_to_ids(["<ret>", "<rel>"])
+    assert all(i >= 0 and i != tokenizer.unk_token_id for i in ids)
+    assert tokenizer.decode(ids, skip_special_tokens=False).replace(" ", "") == "<ret><rel>"
+    adapter = load_file(run / "hf" / "adapter_model.safetensors")
+    deltas = [v for k, v in adapter.items() if "trainable_tokens" in k]
+    assert deltas and deltas[0].shape[0] == 2  # exactly the two new rows train, not the whole vocabulary
+    logits = model(input_ids=torch.tensor([ids])).logits
+    assert logits.shape[-1] >= max(ids) + 1 and torch.isfinite(logits).all()
+
+
+def test_continuing_a_finished_run_matches_one_longer_run(tmp_path):
+    """A run stopped by max_steps mid-epoch, continued with ckpt_path=last and a larger max_steps, ends where one
+    longer run ends: last.ckpt records the position inside the epoch, not an epoch Lightning closed at fit end.
+    (Constant LR: a decaying schedule depends on max_steps, so it could not match.)"""
+    common = ["model=tiny-llama", "data=world_tiny", "trainer.max_epochs=-1", "trainer.limit_val_batches=0",
+              "logger=none", "seed=3", "trainer.checkpoint_every_n_steps=5", "task.scheduler=constant",
+              "task.warmup_ratio=0"]
+    train(tmp_path, *common, "trainer.max_steps=12", "run_name=long", f"hydra.run.dir={tmp_path}/a")
+    train(tmp_path, *common, "trainer.max_steps=7", "run_name=cont", f"hydra.run.dir={tmp_path}/b")
+    again = train(tmp_path, *common, "trainer.max_steps=7", "run_name=cont", f"hydra.run.dir={tmp_path}/c",
+                  check=False)
+    assert again.returncode != 0 and "ckpt_path=last" in again.stderr  # refuses to overwrite a finished run
+    train(tmp_path, *common, "trainer.max_steps=12", "run_name=cont", "ckpt_path=last", f"hydra.run.dir={tmp_path}/d")
+    a, b = _adapter(tmp_path / "checkpoints" / "sft" / "long"), _adapter(tmp_path / "checkpoints" / "sft" / "cont")
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-6, msg=k)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional
 
 
@@ -39,3 +40,23 @@ class ModelConfig:
     gradient_checkpointing: bool = False
     special_tokens: list[str] = field(default_factory=list)
     lora: LoraSettings = field(default_factory=LoraSettings)
+
+
+def named_model_config(name: str) -> ModelConfig:
+    """The ``ModelConfig`` of ``conf/model/<name>.yaml`` (e.g. ``minilm-l6``), validated against the schema.
+
+    A name that is not a config file is taken as a hub id or a local folder (``source=hub``), with ``kind``
+    guessed as ``encoder`` (this lookup serves retrieval, where models are encoders).
+    """
+    import os
+
+    from omegaconf import OmegaConf
+
+    conf = Path(os.environ.get("OMNIMED_CONF") or Path(__file__).resolve().parents[3] / "conf")
+    file = conf / "model" / f"{name}.yaml"
+    if not file.is_file():
+        return ModelConfig(name=name, kind="encoder", source="hub", name_or_path=name)
+    raw = OmegaConf.load(file)
+    raw.pop("defaults", None)
+    merged = OmegaConf.merge(OmegaConf.structured(ModelConfig), raw)
+    return OmegaConf.to_object(merged)  # type: ignore[return-value]

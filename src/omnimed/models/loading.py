@@ -21,7 +21,7 @@ from omnimed.models.hub import resolve_hub
 from omnimed.models.lora import apply_lora
 from omnimed.models.packaged import get_packaged, packaged_model_path
 from omnimed.models.tiny import tiny_model_path
-from omnimed.models.tokens import add_special_tokens, ensure_pad_token, resize_for_tokenizer
+from omnimed.models.tokens import add_special_tokens, embedding_rows, ensure_pad_token, resize_for_tokenizer
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -123,7 +123,7 @@ def load_causal_lm(
         trust_remote_code=cfg.trust_remote_code,
         use_safetensors=True,
     )
-    rows_before = model.get_input_embeddings().weight.shape[0]
+    rows_before = embedding_rows(model)
     resize_for_tokenizer(model, tokenizer)
     for holder in (model.config, model.generation_config):
         if getattr(holder, "pad_token_id", None) is None:

@@ -16,7 +16,11 @@ that is over a billion extra trainable parameters, and a full copy of both matri
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import torch
 
 from peft import LoraConfig, PeftModel, TaskType, get_peft_model
 from transformers import PreTrainedModel
@@ -57,11 +61,39 @@ def build_lora_config(
     )
 
 
+@contextmanager
+def _zero3_token_rows_without_cuda() -> Iterator[None]:
+    """Let PEFT read the new token rows of ZeRO-3-partitioned embeddings on CPU-only torch.
+
+    PEFT 0.21 gathers those rows onto ``cuda`` (``_collect_token_weights``), which fails where torch has no CUDA
+    (the CPU ZeRO-3 runs of CI). A gather with ``modifier_rank=None`` already gives every rank the full matrix,
+    so each rank can copy its rows locally; on CUDA machines PEFT's own code runs unchanged.
+    """
+    from peft.tuners.trainable_tokens.layer import TrainableTokensLayer
+    from peft.utils.integrations import gather_params_ctx
+
+    if torch.cuda.is_available():
+        yield
+        return
+
+    def rows_of(self: TrainableTokensLayer, weight: torch.Tensor, rows: Any, embed_dim: int) -> torch.Tensor:
+        with gather_params_ctx([weight], modifier_rank=None):
+            return weight[rows].detach().clone()
+
+    original = TrainableTokensLayer._collect_token_weights
+    TrainableTokensLayer._collect_token_weights = rows_of
+    try:
+        yield
+    finally:
+        TrainableTokensLayer._collect_token_weights = original
+
+
 def apply_lora(
     model: PreTrainedModel, settings: LoraSettings, trainable_token_ids: Sequence[int] = ()
 ) -> PeftModel:
     """Wrap ``model`` with LoRA adapters; base weights are frozen, LoRA matrices and new token rows train."""
-    peft_model = get_peft_model(model, build_lora_config(model, settings, trainable_token_ids))
+    with _zero3_token_rows_without_cuda():
+        peft_model = get_peft_model(model, build_lora_config(model, settings, trainable_token_ids))
     trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in peft_model.parameters())
     log.info("LoRA r=%d alpha=%d: %d / %d parameters trainable", settings.r, settings.alpha, trainable, total)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -46,6 +47,32 @@ def ensure_pad_token(tokenizer: PreTrainedTokenizerBase) -> None:
     tokenizer.padding_side = "right"
 
 
+def embedding_rows(model: PreTrainedModel) -> int:
+    """Rows of the input embedding, also when ZeRO-3 has partitioned it (its local ``shape`` is then empty)."""
+    weight = model.get_input_embeddings().weight
+    return int(getattr(weight, "ds_shape", weight.shape)[0])
+
+
+@contextmanager
+def _outside_zero3_init(model: PreTrainedModel) -> Iterator[None]:
+    """Build the resized embedding as a plain module when ZeRO-3 is partitioning modules as they are made.
+
+    Lightning creates the model inside ``deepspeed.zero.Init``; transformers' resize expects its new embedding to be
+    whole (it gathers the old one and copies rows into the new one), so the partitioning hooks are paused for the
+    resize and DeepSpeed partitions the new weight when its engine starts.
+    """
+    if not hasattr(model.get_input_embeddings().weight, "ds_shape"):
+        yield
+        return
+    from deepspeed.runtime.zero.partition_parameters import restore_init_context, shutdown_init_context
+
+    shutdown_init_context()
+    try:
+        yield
+    finally:
+        restore_init_context()
+
+
 def resize_for_tokenizer(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> bool:
     """Grow the input (and tied or untied output) embeddings to ``len(tokenizer)`` when tokens were added.
 
@@ -53,10 +80,11 @@ def resize_for_tokenizer(model: PreTrainedModel, tokenizer: PreTrainedTokenizerB
     that will be learned. Never shrinks: checkpoints such as Qwen2.5 carry padded, unused rows.
     Returns whether the model was resized.
     """
-    current = model.get_input_embeddings().weight.shape[0]
+    current = embedding_rows(model)
     wanted = len(tokenizer)
     if wanted <= current:
         return False
-    model.resize_token_embeddings(wanted, mean_resizing=True)
+    with _outside_zero3_init(model):
+        model.resize_token_embeddings(wanted, mean_resizing=True)
     log.info("Resized embeddings %d -> %d rows for added tokens", current, wanted)
     return True

@@ -94,11 +94,11 @@ def _split_of(record) -> str | None:
 
 
 def _callbacks(cfg: TrainConfig, ckpt_dir: Path, history):
-    from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar, TQDMProgressBar
+    from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 
-    from omnimed.training.resume import RNGStateCallback
+    from omnimed.training.resume import RNGStateCallback, StepCheckpoint
 
-    ckpt = ModelCheckpoint(
+    ckpt = StepCheckpoint(
         dirpath=str(ckpt_dir),
         filename="step{step:06d}",
         auto_insert_metric_name=False,
@@ -167,6 +167,11 @@ def train(cfg_in: DictConfig | TrainConfig, output_dir: str | Path | None = None
     else:
         run_name = cfg.run_name or default_run_name(cfg)
     run_dir = task_dir / run_name
+    if ckpt_path is None and not cfg.debug.fast_dev_run and (run_dir / "hf").exists():
+        raise FileExistsError(
+            f"run {run_name!r} already finished ({run_dir / 'hf'} exists): continue it with ckpt_path=last "
+            "(and a larger trainer.max_steps), or pick another run_name"
+        )
     run_dir.mkdir(parents=True, exist_ok=True)
 
     tokenizer = load_tokenizer(cfg.model)
@@ -227,14 +232,13 @@ def train(cfg_in: DictConfig | TrainConfig, output_dir: str | Path | None = None
     if not cfg.debug.fast_dev_run:
         hf_dir = run_dir / "hf"
         if cfg.strategy.name == "deepspeed":
-            last = run_dir / "lightning" / "last.ckpt"
-            trainer.save_checkpoint(str(last))
+            last = run_dir / "lightning" / "last.ckpt"  # the final step (StepCheckpoint)
             if trainer.is_global_zero:
                 state = consolidate_checkpoint(last, prefix=None)
                 model = module.build_model_for_export(state)
-                export_hf(model, tokenizer, hf_dir, merge_lora=cfg.model.lora.merge_on_export)
+                export_hf(model, tokenizer, hf_dir, merge_lora=cfg.model.lora.merge_on_export, overwrite=True)
         elif trainer.is_global_zero:
-            export_hf(module.model, tokenizer, hf_dir, merge_lora=cfg.model.lora.merge_on_export)
+            export_hf(module.model, tokenizer, hf_dir, merge_lora=cfg.model.lora.merge_on_export, overwrite=True)
 
     metrics = _final_metrics(trainer, history)
     if trainer.is_global_zero:

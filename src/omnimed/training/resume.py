@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 from lightning.pytorch import Callback
+from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader, Sampler
 
 
@@ -95,6 +96,31 @@ def trainer_progress(trainer) -> tuple[int, int]:
     """(epoch, batches processed in it) of a running Lightning trainer."""
     loop = trainer.fit_loop
     return loop.epoch_progress.current.processed, loop.epoch_loop.batch_progress.current.processed
+
+
+class StepCheckpoint(ModelCheckpoint):
+    """``ModelCheckpoint`` whose ``last.ckpt`` always holds the final step, saved from inside the loop.
+
+    Lightning's own last save at the end of fit comes after it has closed the epoch, so a run stopped by
+    ``max_steps`` mid-epoch would record that epoch as finished: continuing it with a larger ``max_steps`` would skip
+    the rest of the epoch's batches. Saving at the step that reaches ``max_steps`` records the true position
+    (continuing then matches one longer run); the end-of-fit save only runs when that step was not saved yet.
+    """
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        if 0 < trainer.max_steps <= trainer.global_step:
+            self._save_final(trainer)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self._save_final(trainer)
+
+    def _save_final(self, trainer) -> None:
+        if self._last_global_step_saved == trainer.global_step or self._should_skip_saving_checkpoint(trainer):
+            return
+        candidates = self._monitor_candidates(trainer)
+        self._save_topk_checkpoint(trainer, candidates)
+        self._save_last_checkpoint(trainer, candidates)
 
 
 class RNGStateCallback(Callback):

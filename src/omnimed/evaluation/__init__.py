@@ -1,0 +1,1 @@
+"""Metrics, evaluation runners and paper-table reports."""

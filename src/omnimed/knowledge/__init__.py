@@ -1,0 +1,1 @@
+"""The multi-source knowledge base: chunking, sparse / dense / graph indexes, fusion, reranking, one facade."""

@@ -20,6 +20,20 @@ GROUP_SCHEMAS = {
 }
 
 
+def register_evaluate_configs() -> None:
+    """Schemas of ``omnimed-evaluate`` and ``omnimed-index``: the roots, ``knowledge`` and the evaluation tasks."""
+    from omnimed.evaluation import config as ec
+    from omnimed.knowledge.config import KnowledgeConfig
+
+    cs = ConfigStore.instance()
+    cs.store(name="evaluate_schema", node=ec.EvaluateConfig)
+    cs.store(name="index_schema", node=ec.IndexConfig)
+    cs.store(group="knowledge", name="knowledge_schema", node=KnowledgeConfig)
+    cs.store(group="task", name="retrieval_task_schema", node=ec.RetrievalTaskConfig)
+    for group in ("logger", "paths"):
+        cs.store(group=group, name=f"{group}_schema", node=GROUP_SCHEMAS[group])
+
+
 def register_train_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=tc.TrainConfig)

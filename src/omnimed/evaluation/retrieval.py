@@ -120,3 +120,121 @@ def evaluate_methods(
         all_hits["graph"] = hits
         metrics["graph"] = {"queries": len(graph_queries), **ir_metrics(graph_queries, hits, ks)}
     return metrics, all_hits
+
+
+# ------------------------------------------------------------------------------------------------- runner
+@dataclass
+class RetrievalResult:
+    metrics: dict[str, dict[str, float]]
+    output_dir: Any
+    predictions: Any
+    logger_dir: str | None = None
+
+
+def load_queries(task, knowledge_cfg, kb) -> list[RetrievalQuery]:
+    """The task's (query, gold) set: the world's questions of ``task.split`` or real PubMedQA pairs."""
+    if task.queries == "world":
+        from omnimed.knowledge.corpus import world_of
+
+        if knowledge_cfg.corpus != "world":
+            raise ValueError(f"task.queries=world needs a world knowledge base; knowledge={knowledge_cfg.name}")
+        world = world_of(knowledge_cfg)
+        questions = [q for q in [*world.questions, *world.open_questions]
+                     if task.split is None or q.split == task.split]
+        names = {e.id: e.name for e in world.model.entities.values()}
+        queries = world_queries(questions, kb.sources, entity_names=names)
+    elif task.queries == "pubmedqa":
+        from omnimed.data.loaders.benchmarks import load_pubmedqa
+        from omnimed.knowledge.corpus import PUBMEDQA_FILE, realdata_root
+
+        records = load_pubmedqa(realdata_root(knowledge_cfg) / PUBMEDQA_FILE)
+        queries = paired_queries([r for r in records if isinstance(r, MultipleChoiceQuestion)], "research")
+    else:
+        raise ValueError(f"task.queries={task.queries!r}; expected world or pubmedqa")
+    if not queries:
+        raise ValueError(f"task.queries={task.queries} split={task.split}: no query has gold passages in "
+                         f"the sources of {knowledge_cfg.name} ({', '.join(kb.sources)})")
+    return queries[: task.max_queries] if task.max_queries else queries
+
+
+def prediction_rows(queries: Sequence[RetrievalQuery], hits: dict[str, dict[str, list[Hit]]]) -> list[dict]:
+    """One row per (method, query): the ranked passage ids with scores next to the gold, for auditing."""
+    rows = []
+    for method, per_query in hits.items():
+        for q in queries:
+            if q.id not in per_query:
+                continue
+            ranked = per_query[q.id]
+            first = next((h.rank for h in ranked if h.doc_id in q.gold), None)
+            rows.append({
+                "method": method, "query_id": q.id, "source": q.source, "query": q.text,
+                "gold": sorted(q.gold), "first_gold_rank": first,
+                "hits": [{"id": h.passage.id, "doc_id": h.doc_id, "score": h.score} for h in ranked],
+            })
+    return rows
+
+
+def run_retrieval_evaluation(cfg, output_dir) -> RetrievalResult:
+    """``omnimed-evaluate task=retrieval``: build or reuse the indexes, score every method, write
+    ``metrics.json`` and ``predictions.jsonl`` into ``output_dir`` and log both to the configured logger."""
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    from omnimed.data.io import atomic_path, atomic_write_json
+    from omnimed.knowledge.build import build_knowledge_base
+    from omnimed.tracking import build_logger, log_lineage, wandb_run_dir
+
+    task, kcfg = cfg.task, cfg.knowledge
+    output_dir = Path(output_dir)
+    unknown = [m for m in task.methods if m not in METHODS]
+    if unknown:
+        raise ValueError(f"task.methods: unknown {unknown}; expected some of {', '.join(METHODS)}")
+    if any(m.endswith("+rerank") for m in task.methods) and not kcfg.rerank.enabled:
+        kcfg.rerank.enabled = True  # the comparison asks for it; the knowledge base's default stays as configured
+    kb = build_knowledge_base(kcfg, Path(cfg.paths.root), progress=True)
+    queries = load_queries(task, kcfg, kb)
+    metrics, hits = evaluate_methods(kb, queries, task.methods, k=task.k, ks=task.ks)
+
+    flat = {f"{method}/{name}": value for method, row in metrics.items() for name, value in row.items()}
+    rows = prediction_rows(queries, hits)
+    import json
+
+    with atomic_path(output_dir / "predictions.jsonl") as tmp:
+        tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    atomic_write_json(output_dir / "metrics.json", flat)
+
+    run_name = cfg.run_name or f"retrieval-{kcfg.name}-{task.queries}"
+    group = cfg.logger.group or cfg.experiment or f"retrieval-{kcfg.name}"
+    logger = build_logger(
+        cfg.logger.name, save_dir=output_dir, project=cfg.logger.project, run_name=run_name,
+        group=group,
+        job_type=cfg.logger.job_type or "evaluate-retrieval",
+        tags=[*cfg.logger.tags, "retrieval", kcfg.name, task.queries], entity=cfg.logger.entity,
+    )
+    logger_dir = None
+    if logger is not None:
+        config = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
+        log_lineage(logger, config, {"group": group, "knowledge_dir": str(kb.directory), "queries": len(queries)})
+        logger.log_metrics(flat)
+        _log_tables(logger, metrics, rows)
+        logger.finalize("success")
+        logger_dir = wandb_run_dir(logger) or getattr(logger, "log_dir", None)
+    return RetrievalResult(metrics, output_dir, output_dir / "predictions.jsonl", logger_dir)
+
+
+def _log_tables(logger, metrics: dict[str, dict[str, float]], rows: list[dict]) -> None:
+    """W&B only: the method comparison and every prediction as Tables."""
+    from lightning.pytorch.loggers import WandbLogger
+
+    if not isinstance(logger, WandbLogger):
+        return
+    names = [n for n in next(iter(metrics.values())) if "/" not in n]
+    logger.log_table("retrieval/comparison", columns=["method", *names],
+                     data=[[m, *[row.get(n) for n in names]] for m, row in metrics.items()])
+    logger.log_table(
+        "retrieval/predictions",
+        columns=["method", "query_id", "source", "query", "gold", "first_gold_rank", "top_ids"],
+        data=[[r["method"], r["query_id"], r["source"], r["query"], ", ".join(r["gold"]), r["first_gold_rank"],
+               ", ".join(h["doc_id"] for h in r["hits"])] for r in rows],
+    )

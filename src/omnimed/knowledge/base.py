@@ -176,6 +176,7 @@ class KnowledgeBase:
             raise KnowledgeError(
                 f"unknown source 'graph' for knowledge base {self.cfg.name!r}; known: {', '.join(self.sources)}"
             )
+        scorer = self._relation_scorer()
         out = []
         for query in queries:
             term, question = parse_graph_query(query)
@@ -184,10 +185,34 @@ class KnowledgeBase:
                 question,
                 k_relations=self.cfg.graph.k_relations,
                 k_concepts=min(k, self.cfg.graph.k_concepts),
+                scorer=scorer,
                 query_text=query,
             )
             out.append([self._with_passage_id(h) for h in hits])
         return out
+
+    def _relation_scorer(self):
+        """How relation lines are ranked against the question (``knowledge.graph.scorer``); None = lexical."""
+        kind = self.cfg.graph.scorer
+        if kind == "lexical":
+            return None
+        if kind == "dense" and self.encoder is not None:
+            def dense(question: str, texts: list[str]) -> list[float]:
+                q = self.encoder.encode_queries([question])[0]
+                return (self.encoder.encode_docs(texts) @ q).tolist()
+
+            return dense
+        if kind == "rerank" and self.reranker is not None:
+            def rerank(question: str, texts: list[str]) -> list[float]:
+                scores = dict(self.reranker.rerank(question, texts, len(texts)))
+                return [scores[i] for i in range(len(texts))]
+
+            return rerank
+        raise KnowledgeError(
+            f"knowledge.graph.scorer={kind!r} needs "
+            + ("a dense index (knowledge.indexes)" if kind == "dense" else "knowledge.rerank.enabled=true"
+               if kind == "rerank" else "one of lexical, dense, rerank")
+        )
 
     def _with_passage_id(self, hit: Hit) -> Hit:
         """Point a graph hit at the corpus passage of its concept when there is one (the world's ``graph:...``

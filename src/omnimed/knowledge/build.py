@@ -99,6 +99,7 @@ def build_knowledge_base(
     cache = EmbeddingCache(Path(root) / cfg.index_dir / "embeddings") if encoder is not None else None
     sources: dict[str, SourceIndex] = {}
     graph = None
+    rows: list[dict[str, Any]] = []
     for source in cfg.sources:
         started = time.perf_counter()
         corpus = load_source(cfg, source)
@@ -107,9 +108,16 @@ def build_knowledge_base(
         else:
             sources[source], row = _text_source(cfg, corpus, base_dir, encoder, cache, progress)
         row["seconds"] = round(time.perf_counter() - started, 2)
-        if report is not None:
-            report.append(row)
+        rows.append(row)
+    if report is not None:
+        report.extend(rows)
     reranker = build_reranker(cfg, encoder) if cfg.rerank.enabled else None
+    atomic_write_json(base_dir / "manifest.json", {
+        "name": cfg.name,
+        "config": dataclasses.asdict(cfg),
+        "sources": {row["source"]: Path(row["directory"]).name for row in rows},
+        "encoder": encoder.fingerprint if encoder is not None else None,
+    })
     return KnowledgeBase(cfg, sources, graph=graph, encoder=encoder, reranker=reranker, directory=base_dir)
 
 
@@ -182,7 +190,8 @@ def _dense(cfg, src_dir: Path, manifest: dict, manifest_path: Path, texts, encod
     from omnimed.knowledge.qdrant import QdrantIndex
 
     d = cfg.dense
-    settings = {k: v for k, v in dataclasses.asdict(d).items() if k not in ("batch_size", "qdrant_url")}
+    settings = {k: v for k, v in dataclasses.asdict(d).items()
+                if k not in ("batch_size", "embed_shard_size", "qdrant_url")}
     dense_dir = src_dir / f"dense-{_key(encoder.fingerprint_id, settings)}"
     kind = d.index
     done = (manifest.get("dense") or {}).get("dir") == dense_dir.name and dense_dir.is_dir()
@@ -191,7 +200,7 @@ def _dense(cfg, src_dir: Path, manifest: dict, manifest_path: Path, texts, encod
             return QdrantIndex.load(dense_dir, encoder.fingerprint, url=d.qdrant_url), []
         return FaissIndex.load(dense_dir, encoder.fingerprint, ef_search=d.ef_search, nprobe=d.nprobe), []
     t0 = time.perf_counter()
-    vectors = cache.embed(encoder, texts, progress=progress)
+    vectors = cache.embed(encoder, texts, batch_size=d.embed_shard_size, progress=progress)
     embed_s = time.perf_counter() - t0
     if kind == "qdrant":
         index = QdrantIndex.build(vectors, directory=dense_dir, url=d.qdrant_url, encoder=encoder.fingerprint,

@@ -49,6 +49,7 @@ class DenseConfig:
     doc_prefix: str = ""
     max_length: Optional[int] = None
     batch_size: int = 64
+    embed_shard_size: int = 4096  # texts per embedding-cache shard: what an interrupted build can lose at most
     index: str = "auto"
     auto_threshold: int = 50_000
     hnsw_m: int = 32
@@ -79,10 +80,13 @@ class RerankConfig:
 @dataclass
 class GraphConfig:
     """The graph source: a ``term , question`` query returns the best-matching concept's definition and its
-    ``k_relations`` one-hop relations ranked against the question."""
+    ``k_relations`` one-hop relations ranked against the question (Omni-RAG: top 10, reranked). ``scorer``:
+    lexical (BM25-style overlap, no model), dense (cosine with the knowledge base's encoder) or rerank (the
+    configured reranker, Omni-RAG's choice)."""
 
     k_relations: int = 10
     k_concepts: int = 1
+    scorer: str = "lexical"
 
 
 @dataclass

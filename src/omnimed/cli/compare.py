@@ -1,0 +1,67 @@
+"""``omnimed-compare``: runs side by side, as a table and a plot.
+
+    omnimed-compare outputs/evaluate                              # every local run folder and offline W&B run
+    omnimed-compare outputs --group omni_rag-table4 --metrics accuracy
+    omnimed-compare --online --project omnimed --group self_biorag-table6 --tags miniature
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+from pathlib import Path
+
+from rich.table import Table
+
+from omnimed.cli.common import console
+
+
+def main(argv: list[str] | None = None) -> int:
+    from omnimed.data.io import atomic_write_text
+    from omnimed.evaluation.compare import comparison_table, local_runs, online_runs, plot, select
+
+    parser = argparse.ArgumentParser(prog="omnimed-compare", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("paths", nargs="*", type=Path, help="folders holding run folders or W&B offline runs")
+    parser.add_argument("--group", help="W&B group (e.g. a paper table's <paper>-<table>)")
+    parser.add_argument("--tags", default="", help="comma-separated tags every run must have")
+    parser.add_argument("--metrics", help="comma-separated metrics to show (default: those all runs share)")
+    parser.add_argument("--online", action="store_true", help="query the W&B server (needs credentials)")
+    parser.add_argument("--project", default="omnimed")
+    parser.add_argument("--entity")
+    parser.add_argument("--out", type=Path, help="write compare.csv and compare.png here")
+    args = parser.parse_args(argv)
+    tags = [t for t in args.tags.split(",") if t]
+    if args.online:
+        runs = online_runs(args.project, group=args.group, tags=tags, entity=args.entity)
+    else:
+        if not args.paths:
+            parser.error("give run folders, or --online")
+        runs = select(local_runs(args.paths), group=args.group, tags=tags)
+    if not runs:
+        console.print("[red]omnimed-compare: no run matched[/red]")
+        return 1
+    metrics, rows = comparison_table(runs, args.metrics.split(",") if args.metrics else None)
+    table = Table(title=f"omnimed-compare: {len(runs)} runs")
+    table.add_column("run", no_wrap=True)
+    for m in metrics:
+        table.add_column(m, justify="right")
+    for row in rows:
+        table.add_row(row[0], *["" if v is None else f"{v:.4g}" for v in row[1:]])
+    console.print(table)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        buf = io.StringIO()
+        writer = csv.writer(buf)
+        writer.writerow(["run", *metrics])
+        writer.writerows(rows)
+        atomic_write_text(args.out / "compare.csv", buf.getvalue())
+        if metrics:
+            plot(runs, metrics[:12], args.out / "compare.png")
+        console.print(f"wrote {args.out / 'compare.csv'} and compare.png")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

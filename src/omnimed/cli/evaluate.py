@@ -1,0 +1,50 @@
+"""``omnimed-evaluate``: evaluation runs composed from ``conf/evaluate.yaml``.
+
+    omnimed-evaluate task=retrieval                                   # the world's questions, knowledge=world_small
+    omnimed-evaluate task=retrieval knowledge=realdata task.queries=pubmedqa task.split=null
+"""
+
+from __future__ import annotations
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+from rich.table import Table
+
+from omnimed.cli.common import conf_dir, console
+from omnimed.cli.schema import register_evaluate_configs
+
+register_evaluate_configs()
+
+SHOWN = ("queries", "hit@1", "hit@5", "hit@10", "ndcg@10", "recall@10", "mrr")
+
+
+def print_retrieval(result, title: str) -> None:
+    table = Table(title=title)
+    table.add_column("method", no_wrap=True)
+    for col in SHOWN:
+        table.add_column(col, justify="right")
+    for method, row in result.metrics.items():
+        table.add_row(method, *[f"{row[c]:.0f}" if c == "queries" else f"{row.get(c, float('nan')):.3f}"
+                                for c in SHOWN])
+    console.print(table)
+    console.print(f"metrics.json and predictions.jsonl in {result.output_dir}"
+                  + (f"; logger files in {result.logger_dir}" if result.logger_dir else ""))
+
+
+@hydra.main(config_path=conf_dir(), config_name="evaluate", version_base="1.3")
+def main(cfg: DictConfig) -> float | None:
+    obj = OmegaConf.to_object(cfg)
+    output_dir = HydraConfig.get().runtime.output_dir
+    if obj.task.name == "retrieval":
+        from omnimed.evaluation.retrieval import run_retrieval_evaluation
+
+        result = run_retrieval_evaluation(obj, output_dir)
+        print_retrieval(result, f"omnimed-evaluate: retrieval on {obj.knowledge.name} ({obj.task.queries})")
+        best = max(result.metrics.values(), key=lambda r: r.get("ndcg@10", 0.0))
+        return best.get("ndcg@10")
+    raise SystemExit(f"task={obj.task.name}: no evaluation runner for it yet (available: retrieval)")
+
+
+if __name__ == "__main__":
+    main()

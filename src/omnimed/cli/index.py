@@ -1,0 +1,49 @@
+"""``omnimed-index``: build, or reuse, the indexes of a knowledge base.
+
+    omnimed-index                               # knowledge=world_small: BM25 + MiniLM/FAISS per source + graph
+    omnimed-index knowledge=realdata            # the real files under OMNIMED_REALDATA
+    omnimed-index knowledge=world_large knowledge.dense.index=hnsw
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+from rich.table import Table
+
+from omnimed.cli.common import conf_dir, console
+from omnimed.cli.schema import register_evaluate_configs
+
+register_evaluate_configs()
+
+
+def print_report(name: str, report: list[dict]) -> None:
+    table = Table(title=f"omnimed-index: {name}")
+    for col in ("source", "documents", "passages / concepts", "built now", "seconds", "directory"):
+        table.add_column(col)
+    for row in report:
+        table.add_row(
+            row["source"],
+            str(row.get("documents", "")),
+            str(row.get("passages", row.get("concepts", ""))),
+            ", ".join(row["built"]) or "nothing (reused)",
+            f"{row['seconds']:.1f}",
+            row["directory"],
+        )
+    console.print(table)
+
+
+@hydra.main(config_path=conf_dir(), config_name="index", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    from omnimed.knowledge.build import build_knowledge_base
+
+    knowledge = OmegaConf.to_object(cfg.knowledge)
+    report: list[dict] = []
+    build_knowledge_base(knowledge, Path(cfg.paths.root), progress=cfg.progress, report=report)
+    print_report(knowledge.name, report)
+
+
+if __name__ == "__main__":
+    main()

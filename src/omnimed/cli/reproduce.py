@@ -1,0 +1,76 @@
+"""``omnimed-reproduce``: run every row of a paper table and write it beside the published numbers.
+
+    omnimed-reproduce --list                                   # every table: rows that run, missing, external
+    omnimed-reproduce experiments/omni_rag/table4.yaml         # miniature preset (CPU), results/table4.{md,csv,png}
+    omnimed-reproduce experiments/omni_rag/table4.yaml --preset paper --launcher submitit_slurm
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.table import Table
+
+from omnimed.cli.common import console
+from omnimed.evaluation.manifest import ManifestError, find_manifests, load_manifest
+
+
+def list_tables(root: Path) -> int:
+    table = Table(title=f"paper tables under {root}")
+    for col in ("paper", "table", "title", "rows", "run", "missing", "external", "columns"):
+        table.add_column(col)
+    bad = 0
+    for path in find_manifests(root):
+        try:
+            m = load_manifest(path)
+        except ManifestError as exc:
+            console.print(f"[red]{exc}[/red]")
+            bad += 1
+            continue
+        c = m.counts()
+        table.add_row(m.paper, m.table, m.title[:48], str(len(m.rows)), str(c["runnable"]), str(c["missing"]),
+                      str(c["external"]), ", ".join(m.columns)[:40])
+    console.print(table)
+    return 1 if bad else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="omnimed-reproduce", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("manifest", nargs="?", help="experiments/<paper>/<table>.yaml")
+    parser.add_argument("--list", action="store_true", help="list every table and how many rows run")
+    parser.add_argument("--root", default="experiments", help="where --list looks (default: experiments)")
+    parser.add_argument("--preset", default="miniature", help="scale preset: miniature (CPU) or paper (GPUs)")
+    parser.add_argument("--out", help="output folder (default: experiments/<paper>/results)")
+    parser.add_argument("--launcher", default="basic", help="hydra/launcher: basic | joblib | submitit_slurm")
+    parser.add_argument("--dry-run", action="store_true", help="validate and show the runs without running them")
+    parser.add_argument("overrides", nargs="*", help="extra overrides for every run, e.g. task.limit=50")
+    args = parser.parse_args(argv)
+    if args.list:
+        return list_tables(Path(args.root))
+    if not args.manifest:
+        parser.error("give a manifest path, or --list")
+    from omnimed.evaluation.reproduce import reproduce
+
+    try:
+        manifest = load_manifest(args.manifest)
+        out = Path(args.out) if args.out else Path(args.manifest).parent / "results"
+        cells, paths = reproduce(manifest, preset=args.preset, out_dir=out, launcher=args.launcher,
+                                 extra=args.overrides, dry_run=args.dry_run, log=console.print)
+    except ManifestError as exc:
+        console.print(f"[red]omnimed-reproduce: {exc}[/red]")
+        return 2
+    counts = manifest.counts()
+    measured = sum(c.status == "measured" for row in cells.values() for c in row.values())
+    console.print(f"{manifest.group}: {counts['runnable']} rows run, {counts['missing']} missing (method not built), "
+                  f"{counts['external']} external; {measured} cells measured")
+    for ext, path in paths.items():
+        console.print(f"  {ext}: {path}")
+    if paths:
+        console.print(paths["md"].read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

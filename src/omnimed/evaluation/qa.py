@@ -1,0 +1,128 @@
+"""``omnimed-evaluate task=qa``: answer a dataset's questions with a pipeline and score them.
+
+Every per-example prediction is saved (``predictions.jsonl`` and a W&B Table) so each number can be audited; a
+reader output without a usable answer counts as wrong and is counted and shown. Multiple-choice accuracy comes with
+its binomial standard error and a bootstrap 95% interval; with several seeds, the mean and standard deviation.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from omnimed.data.records import MultipleChoiceQuestion
+
+
+@dataclass
+class QATaskConfig:
+    """``dataset``: a key of :mod:`omnimed.evaluation.datasets`; ``seeds``: sampling seeds (greedy decoding makes
+    them identical; they matter with ``pipeline.temperature`` > 0)."""
+
+    name: str = "qa"
+    dataset: str = "world_mcq"
+    split: Optional[str] = "test"
+    limit: Optional[int] = None
+    data_dir: Optional[str] = None
+    seeds: list[int] = field(default_factory=lambda: [0])
+    bootstrap_resamples: int = 1000
+
+
+@dataclass
+class QAResult:
+    metrics: dict[str, float]
+    output_dir: Path
+    problems: dict[str, int]
+    logger_dir: str | None = None
+
+
+def _questions(cfg) -> list:
+    from omnimed.evaluation.datasets import DatasetRequest, load_eval_dataset
+
+    k = cfg.knowledge
+    return load_eval_dataset(DatasetRequest(
+        cfg.task.dataset, split=cfg.task.split, limit=cfg.task.limit,
+        world_seed=k.world_seed, world_size=k.world_size, realdata_root=k.realdata_root, data_dir=cfg.task.data_dir,
+    ))
+
+
+def run_qa_evaluation(cfg, output_dir) -> QAResult:
+    """Answer, score, save every prediction, log to the configured logger."""
+    from omegaconf import OmegaConf
+
+    from omnimed.data.io import atomic_path, atomic_write_json
+    from omnimed.evaluation.metrics import accuracy, mean_std
+    from omnimed.generation.factory import build_backend
+    from omnimed.generation.types import SamplingParams
+    from omnimed.pipelines.rag import run_pipeline
+    from omnimed.pipelines.reader import Reader
+    from omnimed.tracking import build_logger, log_lineage, wandb_run_dir
+
+    output_dir = Path(output_dir)
+    questions = _questions(cfg)
+    if not all(isinstance(q, MultipleChoiceQuestion) for q in questions):
+        raise ValueError(f"task.dataset={cfg.task.dataset}: open questions need a long-form metric (statement "
+                         "ratios with a judge), which task=qa does not score yet; use a multiple-choice dataset")
+    kb = None
+    if cfg.pipeline.name == "rag":
+        from omnimed.knowledge.build import build_knowledge_base
+
+        kb = build_knowledge_base(cfg.knowledge, Path(cfg.paths.root), progress=True)
+    backend = build_backend(cfg.backend, model=cfg.model, cache_root=Path(cfg.paths.cache) / "generation")
+
+    per_seed: list[float] = []
+    rows: list[dict[str, Any]] = []
+    problems: dict[str, int] = {}
+    acc = None
+    for seed in cfg.task.seeds:
+        params = SamplingParams(max_new_tokens=cfg.pipeline.max_new_tokens, temperature=cfg.pipeline.temperature,
+                                seed=seed)
+        result = run_pipeline(cfg.pipeline, Reader(backend, params=params), questions, kb)
+        correct = [bool(o.correct) for o in result.outputs]
+        acc = accuracy(correct, n_resamples=cfg.task.bootstrap_resamples, seed=seed)
+        per_seed.append(acc.value)
+        for q, out, ev in zip(questions, result.outputs, result.evidence):
+            if out.problem:
+                problems[out.problem.split(":")[0]] = problems.get(out.problem.split(":")[0], 0) + 1
+            rows.append({
+                "seed": seed, "question_id": q.id, "gold": q.answer, "prediction": out.prediction,
+                "correct": bool(out.correct), "problem": out.problem, "evidence": [p.id for p in ev],
+                "output": out.raw,
+            })
+    mean, std, _ = mean_std(per_seed)
+    metrics = {
+        "accuracy": mean, "accuracy_std": std, "seeds": float(len(per_seed)),
+        "accuracy_stderr": acc.stderr, "accuracy_ci_low": acc.ci_low, "accuracy_ci_high": acc.ci_high,
+        "n": float(acc.n), "missing_answers": float(sum(1 for r in rows if r["prediction"] is None)),
+    }
+    with atomic_path(output_dir / "predictions.jsonl") as tmp:
+        tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    atomic_write_json(output_dir / "metrics.json", metrics)
+
+    group = cfg.logger.group or cfg.experiment or f"qa-{cfg.task.dataset}"
+    logger = build_logger(
+        cfg.logger.name, save_dir=output_dir, project=cfg.logger.project,
+        run_name=cfg.run_name or f"{cfg.pipeline.name}-{cfg.task.dataset}", group=group,
+        job_type=cfg.logger.job_type or "evaluate-qa",
+        tags=[*cfg.logger.tags, "qa", cfg.task.dataset, cfg.pipeline.name], entity=cfg.logger.entity,
+    )
+    logger_dir = None
+    if logger is not None:
+        config = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
+        log_lineage(logger, config, {"group": group, "questions": len(questions)})
+        logger.log_metrics(metrics)
+        _log_predictions(logger, rows)
+        logger.finalize("success")
+        logger_dir = wandb_run_dir(logger) or getattr(logger, "log_dir", None)
+    return QAResult(metrics, output_dir, problems, logger_dir)
+
+
+def _log_predictions(logger, rows: list[dict[str, Any]]) -> None:
+    from lightning.pytorch.loggers import WandbLogger
+
+    if not isinstance(logger, WandbLogger):
+        return
+    cols = ["seed", "question_id", "gold", "prediction", "correct", "problem", "evidence", "output"]
+    logger.log_table("qa/predictions", columns=cols,
+                     data=[[json.dumps(r[c]) if isinstance(r[c], list) else r[c] for c in cols] for r in rows])

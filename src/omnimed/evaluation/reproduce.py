@@ -1,0 +1,154 @@
+"""Run every row of a paper table: expand rows into ``omnimed-evaluate`` multiruns, collect, report.
+
+Each runnable row becomes one Hydra multirun over the table's distinct datasets at the chosen preset (so
+``hydra/launcher=submitit_slurm`` spreads a table over a cluster and ``joblib`` over local cores). Every run lands in
+the table's W&B group. Every override is composed before anything runs, so a bad row fails first, by name.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omnimed.evaluation.manifest import ManifestError, Row, TableManifest
+from omnimed.evaluation.report import Cell, write_report
+
+
+@dataclass
+class RowPlan:
+    row: Row
+    slug: str
+    overrides: list[str]
+    datasets: dict[str, list[str]] = field(default_factory=dict)  # dataset key -> the columns it fills
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:60] or "row"
+
+
+def row_task(row: Row) -> str:
+    return "retrieval" if row.method == "retrieval" else "qa"
+
+
+def plan_rows(manifest: TableManifest, preset: str, extra: list[str] | None = None) -> list[RowPlan]:
+    """The runs of every runnable row: preset + row overrides, and which dataset fills which column."""
+    if preset not in manifest.presets:
+        raise ManifestError(f"{manifest.group}: no preset {preset!r}; presets: {sorted(manifest.presets)}")
+    if preset not in manifest.datasets:
+        raise ManifestError(f"{manifest.group}: no datasets for preset {preset!r}")
+    plans, seen = [], set()
+    for row in manifest.rows:
+        if row.status != "runnable":
+            continue
+        name = slug(row.name)
+        while name in seen:
+            name += "-x"
+        seen.add(name)
+        overrides = [f"task={row_task(row)}", *manifest.presets[preset], *row.overrides, *(extra or [])]
+        plan = RowPlan(row, name, overrides)
+        for col in manifest.columns:
+            plan.datasets.setdefault(manifest.datasets[preset][col], []).append(col)
+        plans.append(plan)
+    return plans
+
+
+def dataset_override(task: str, key: str) -> str:
+    return f"task.dataset={key}" if task == "qa" else f"task.queries={key}"
+
+
+def validate(plans: list[RowPlan], manifest: TableManifest) -> None:
+    """Compose every (row, dataset) config now; a row naming an unknown option fails here, naming the row."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from omnimed.cli.common import conf_dir
+    from omnimed.cli.schema import register_evaluate_configs
+
+    register_evaluate_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
+        for plan in plans:
+            for key in plan.datasets:
+                overrides = [*plan.overrides, dataset_override(row_task(plan.row), key)]
+                try:
+                    compose("evaluate", overrides=overrides)
+                except Exception as exc:  # Hydra raises several kinds; all mean the row is wrong
+                    raise ManifestError(
+                        f"{manifest.group}: row {plan.row.name!r} does not compose with {overrides}: {exc}"
+                    ) from exc
+
+
+def run_row(plan: RowPlan, manifest: TableManifest, runs_dir: Path, launcher: str) -> subprocess.CompletedProcess:
+    """One Hydra multirun over the row's datasets; each run writes ``<runs_dir>/<row>/<dataset>/metrics.json``."""
+    task = row_task(plan.row)
+    sweep_key = "task.dataset" if task == "qa" else "task.queries"
+    cmd = [
+        str(Path(sys.executable).parent / "omnimed-evaluate"), "-m", *plan.overrides,
+        f"{sweep_key}={','.join(plan.datasets)}",
+        f"hydra/launcher={launcher}",
+        f"hydra.sweep.dir={runs_dir / plan.slug}",
+        f"hydra.sweep.subdir=${{{sweep_key}}}",
+        f"logger.group={manifest.group}",
+        f"experiment={manifest.group}",
+        f"run_name={plan.slug}-${{{sweep_key}}}",
+    ]
+    return subprocess.run(cmd, text=True, capture_output=True)
+
+
+def read_cell(run_dir: Path, manifest: TableManifest) -> Cell:
+    """Our number for one run, on the paper's scale; a run without metrics.json is ``failed``."""
+    path = run_dir / "metrics.json"
+    if not path.is_file():
+        return Cell(status="failed", run_dir=str(run_dir))
+    metrics = json.loads(path.read_text())
+    key = manifest.metric
+    if key not in metrics:
+        candidates = [k for k in metrics if k.endswith("/" + key)]
+        if len(candidates) != 1:
+            return Cell(status=f"failed: no {key!r} in metrics.json", run_dir=str(run_dir))
+        key = candidates[0]
+    s = manifest.scale
+
+    def scaled(name: str) -> float | None:
+        return metrics[name] * s if name in metrics and metrics[name] is not None else None
+
+    return Cell(ours=metrics[key] * s, low=scaled(f"{key}_ci_low"), high=scaled(f"{key}_ci_high"),
+                n=metrics.get("n"), status="measured", run_dir=str(run_dir))
+
+
+def reproduce(
+    manifest: TableManifest,
+    *,
+    preset: str = "miniature",
+    out_dir: Path,
+    launcher: str = "basic",
+    extra: list[str] | None = None,
+    dry_run: bool = False,
+    log=print,
+) -> tuple[dict[str, dict[str, Cell]], dict[str, Path]]:
+    """Run the table's runnable rows and write its report; returns the cells and the report paths."""
+    plans = plan_rows(manifest, preset, extra)
+    validate(plans, manifest)
+    runs_dir = out_dir / "runs" / manifest.table
+    cells: dict[str, dict[str, Cell]] = {}
+    for row in manifest.rows:
+        if row.status != "runnable":
+            cells[row.name] = {c: Cell(status=row.status) for c in manifest.columns}
+    for i, plan in enumerate(plans, start=1):
+        log(f"[{i}/{len(plans)}] {plan.row.name}: {', '.join(plan.datasets)}")
+        if dry_run:
+            continue
+        res = run_row(plan, manifest, runs_dir, launcher)
+        if res.returncode != 0:
+            log(f"  failed (exit {res.returncode}): {res.stderr.strip().splitlines()[-1] if res.stderr else ''}")
+        cells[plan.row.name] = {}
+        for key, columns in plan.datasets.items():
+            cell = read_cell(runs_dir / plan.slug / key, manifest)
+            for col in columns:
+                cells[plan.row.name][col] = cell
+    paths = {} if dry_run else write_report(manifest, cells, out_dir, preset)
+    return cells, paths

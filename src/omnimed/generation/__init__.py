@@ -1,0 +1,1 @@
+"""One interface over text-generation backends (HF, vLLM, OpenAI-compatible servers, the world's oracle)."""

@@ -23,6 +23,8 @@ GROUP_SCHEMAS = {
 def register_evaluate_configs() -> None:
     """Schemas of ``omnimed-evaluate`` and ``omnimed-index``: the roots, ``knowledge`` and the evaluation tasks."""
     from omnimed.evaluation import config as ec
+    from omnimed.evaluation.qa import QATaskConfig
+    from omnimed.pipelines.rag import PipelineConfig
     from omnimed.knowledge.config import KnowledgeConfig
 
     cs = ConfigStore.instance()
@@ -30,6 +32,9 @@ def register_evaluate_configs() -> None:
     cs.store(name="index_schema", node=ec.IndexConfig)
     cs.store(group="knowledge", name="knowledge_schema", node=KnowledgeConfig)
     cs.store(group="task", name="retrieval_task_schema", node=ec.RetrievalTaskConfig)
+    cs.store(group="task", name="qa_task_schema", node=QATaskConfig)
+    cs.store(group="pipeline", name="pipeline_schema", node=PipelineConfig)
+    cs.store(group="model", name="model_schema", node=ModelConfig)
     for group in ("logger", "paths"):
         cs.store(group=group, name=f"{group}_schema", node=GROUP_SCHEMAS[group])
 

@@ -8,6 +8,7 @@ from typing import Any, Optional
 from omegaconf import MISSING
 
 from omnimed.knowledge.config import KnowledgeConfig
+from omnimed.models.config import ModelConfig
 from omnimed.training.config import LoggerConfig, PathsConfig
 
 
@@ -31,7 +32,13 @@ class RetrievalTaskConfig:
 
 @dataclass
 class EvaluateConfig:
+    """``task`` (retrieval | qa) and ``pipeline`` are validated by their own group schemas; ``backend`` is the
+    generation backend and ``model`` the model it serves (for ``backend=hf``)."""
+
     task: Any = MISSING
+    pipeline: Any = None
+    backend: Any = None
+    model: ModelConfig = field(default_factory=ModelConfig)
     knowledge: KnowledgeConfig = field(default_factory=KnowledgeConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)

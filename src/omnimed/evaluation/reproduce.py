@@ -107,7 +107,8 @@ def read_cell(run_dir: Path, manifest: TableManifest) -> Cell:
     metrics = json.loads(path.read_text())
     key = manifest.metric
     if key not in metrics:
-        candidates = [k for k in metrics if k.endswith("/" + key)]
+        # a retrieval run reports "<method>/<metric>" (plus per-source and graph breakdowns): take the one method
+        candidates = [k for k in metrics if k.count("/") == 1 and k.endswith("/" + key) and not k.startswith("graph/")]
         if len(candidates) != 1:
             return Cell(status=f"failed: no {key!r} in metrics.json", run_dir=str(run_dir))
         key = candidates[0]

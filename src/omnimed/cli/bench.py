@@ -3,6 +3,8 @@
     omnimed-bench train [--steps 20 --warmup 3 --batch-size 4 --max-length 256 --threads 2 --packing/--no-packing
                          --repeats 1 --trl-order matched|native --model smollm2-135m --out outputs/bench/train.json]
     omnimed-bench world [--size large --seed 0]
+    omnimed-bench retrieval [--corpora world,realdata --world-size large --queries 1000 --threads 1
+                             --cache indexes/embeddings --out outputs/bench/retrieval.json]
 
 ``train`` runs our SFT step (Lightning + ``SFTModule``) and TRL's ``SFTTrainer`` on the same model, data and
 settings, each side in its own child process, and prints tokens/s, step time, peak RSS, first-step loss and the
@@ -56,7 +58,70 @@ def _parser() -> argparse.ArgumentParser:
     world = sub.add_parser("world", help="time a synthetic world build")
     world.add_argument("--size", default="large")
     world.add_argument("--seed", type=int, default=0)
+
+    retrieval = sub.add_parser("retrieval", help="BM25 / FAISS flat / HNSW build and query speed, rank-bm25 reference")
+    retrieval.add_argument("--corpora", default="world,realdata", help="comma-separated: world, realdata")
+    retrieval.add_argument("--world-size", default="large", help="tiny | small | large (>= 100k passages)")
+    retrieval.add_argument("--queries", type=int, default=1000, help="timed queries per corpus")
+    retrieval.add_argument("--reference-queries", type=int, default=20, help="queries timed on rank-bm25 (slow)")
+    retrieval.add_argument("--threads", type=int, default=1)
+    retrieval.add_argument("--cache", default="indexes/embeddings", help="embedding cache (shared with omnimed-index)")
+    retrieval.add_argument("--out", default="outputs/bench/retrieval.json")
     return parser
+
+
+RETRIEVAL_ROWS = [
+    ("passages", "passages", 0), ("queries timed", "queries", 0),
+    ("BM25 build (passages/s)", "bm25_build_passages_per_s", 0), ("BM25 queries/s, 1 thread", "bm25_qps", 0),
+    ("rank-bm25 queries/s", "rank_bm25_qps", 2), ("BM25 / rank-bm25", "bm25_vs_rank_bm25", 0),
+    ("top-10 overlap with rank-bm25", "bm25_top10_overlap_with_rank_bm25", 2),
+    ("MiniLM embedding (passages/s)", "embed_passages_per_s", 0),
+    ("FAISS flat: p50 / p95 ms", ("flat_p50_ms", "flat_p95_ms"), 2), ("FAISS flat queries/s", "flat_qps", 0),
+    ("HNSW build (passages/s)", "hnsw_build_passages_per_s", 0),
+    ("HNSW: p50 / p95 ms", ("hnsw_p50_ms", "hnsw_p95_ms"), 2), ("HNSW queries/s", "hnsw_qps", 0),
+    ("HNSW recall@10 vs flat", "hnsw_recall_vs_flat", 3),
+    ("dense end to end queries/s (encode + HNSW)", "dense_end_to_end_qps", 0),
+]
+
+
+def retrieval_table(result: dict[str, Any]) -> Table:
+    hw = result["hardware"]
+    table = Table(title=f"omnimed-bench retrieval ({result['threads']} thread(s), {result['encoder']})",
+                  caption=f"{hw['cpu']}, {hw['cores']} cores; load avg {hw['load_avg_1m']:.2f} -> "
+                          f"{hw.get('load_avg_1m_end', float('nan')):.2f}")
+    table.add_column("metric")
+    for c in result["corpora"]:
+        table.add_column(c["corpus"], justify="right")
+    for label, key, digits in RETRIEVAL_ROWS:
+        cells = []
+        for c in result["corpora"]:
+            if isinstance(key, tuple):
+                cells.append(" / ".join(f"{c[k]:.{digits}f}" for k in key))
+            else:
+                v = c.get(key)
+                cells.append("-" if v is None else f"{v:,.{digits}f}")
+        table.add_row(label, *cells)
+    table.add_section()
+    for target in (result["corpora"][0]["targets"] if result["corpora"] else {}):
+        table.add_row(f"target: {target}", *["pass" if c["targets"][target] else "FAIL" for c in result["corpora"]])
+    return table
+
+
+def run_retrieval(args: argparse.Namespace, out_console: Console | None = None) -> dict[str, Any]:
+    """``omnimed-bench retrieval``: run :func:`~omnimed.bench.retrieval.bench_retrieval`, print, write JSON."""
+    from omnimed.bench.retrieval import bench_retrieval
+    from omnimed.data.io import atomic_write_json
+
+    cons = out_console or console
+    result = bench_retrieval([c for c in args.corpora.split(",") if c], world_size=args.world_size,
+                             cache_dir=args.cache, n_queries=args.queries, n_reference=args.reference_queries,
+                             threads=args.threads, log=cons.print)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out, result)
+    cons.print(retrieval_table(result))
+    cons.print(f"wrote [bold]{out}[/]")
+    return result
 
 
 def _fmt(value: Any, digits: int = 4) -> str:
@@ -168,6 +233,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_train(args)
     elif args.command == "world":
         run_world(args)
+    elif args.command == "retrieval":
+        run_retrieval(args)
     return 0
 
 

@@ -21,8 +21,9 @@ register_evaluate_configs()
 
 def print_report(name: str, report: list[dict]) -> None:
     table = Table(title=f"omnimed-index: {name}")
-    for col in ("source", "documents", "passages / concepts", "built now", "seconds", "directory"):
-        table.add_column(col)
+    for col in ("source", "documents", "passages / concepts", "built now", "seconds"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("directory", overflow="fold")
     for row in report:
         table.add_row(
             row["source"],

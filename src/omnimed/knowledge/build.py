@@ -36,6 +36,11 @@ console = Console(stderr=True)
 INDEX_KINDS = ("bm25", "dense")
 
 
+def index_text(passage: Passage) -> str:
+    """What BM25 and the encoder see of a passage: its title, then its text."""
+    return f"{passage.title}\n{passage.text}" if passage.title else passage.text
+
+
 def _key(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
@@ -160,7 +165,7 @@ def _text_source(cfg, corpus: SourceCorpus, base_dir: Path, encoder, cache, prog
         _write_manifest(manifest_path, manifest, passages=len(passages), documents=len(corpus.passages),
                         corpus_fingerprint=fingerprint, origin=corpus.origin, chunking=chunking, source=source)
         built.append("passages")
-    texts = [f"{p.title}\n{p.text}" if p.title else p.text for p in passages]
+    texts = [index_text(p) for p in passages]
     index = SourceIndex(source, passages)
 
     if "bm25" in cfg.indexes:

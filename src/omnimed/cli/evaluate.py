@@ -43,7 +43,23 @@ def main(cfg: DictConfig) -> float | None:
         print_retrieval(result, f"omnimed-evaluate: retrieval on {obj.knowledge.name} ({obj.task.queries})")
         best = max(result.metrics.values(), key=lambda r: r.get("ndcg@10", 0.0))
         return best.get("ndcg@10")
-    raise SystemExit(f"task={obj.task.name}: no evaluation runner for it yet (available: retrieval)")
+    if obj.task.name == "qa":
+        from omnimed.evaluation.qa import run_qa_evaluation
+
+        result = run_qa_evaluation(obj, output_dir)
+        m = result.metrics
+        table = Table(title=f"omnimed-evaluate: {obj.pipeline.name} on {obj.task.dataset} ({obj.backend.name})",
+                      show_header=False)
+        table.add_row("accuracy", f"{m['accuracy']:.4f}  [95% CI {m['accuracy_ci_low']:.4f}, "
+                                  f"{m['accuracy_ci_high']:.4f}]  SE {m['accuracy_stderr']:.4f}")
+        table.add_row("questions", f"{m['n']:.0f} x {m['seeds']:.0f} seed(s); std over seeds {m['accuracy_std']:.4f}")
+        table.add_row("missing / malformed answers", f"{m['missing_answers']:.0f}"
+                      + (f"  ({', '.join(f'{k}: {v}' for k, v in result.problems.items())})" if result.problems else ""))
+        table.add_row("outputs", f"{result.output_dir}/metrics.json, predictions.jsonl"
+                      + (f"; logger: {result.logger_dir}" if result.logger_dir else ""))
+        console.print(table)
+        return m["accuracy"]
+    raise SystemExit(f"task={obj.task.name}: no evaluation runner for it (available: retrieval, qa)")
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ def register_evaluate_configs() -> None:
     """Schemas of ``omnimed-evaluate`` and ``omnimed-index``: the roots, ``knowledge`` and the evaluation tasks."""
     from omnimed.evaluation import config as ec
     from omnimed.evaluation.qa import QATaskConfig
+    from omnimed.generation.factory import BackendConfig
     from omnimed.pipelines.rag import PipelineConfig
     from omnimed.knowledge.config import KnowledgeConfig
 
@@ -35,6 +36,7 @@ def register_evaluate_configs() -> None:
     cs.store(group="task", name="qa_task_schema", node=QATaskConfig)
     cs.store(group="pipeline", name="pipeline_schema", node=PipelineConfig)
     cs.store(group="model", name="model_schema", node=ModelConfig)
+    cs.store(group="backend", name="backend_schema", node=BackendConfig)
     for group in ("logger", "paths"):
         cs.store(group=group, name=f"{group}_schema", node=GROUP_SCHEMAS[group])
 

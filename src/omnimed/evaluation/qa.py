@@ -69,7 +69,12 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
         from omnimed.knowledge.build import build_knowledge_base
 
         kb = build_knowledge_base(cfg.knowledge, Path(cfg.paths.root), progress=True)
-    backend = build_backend(cfg.backend, model=cfg.model, cache_root=Path(cfg.paths.cache) / "generation")
+    world = None
+    if cfg.backend.name == "oracle":
+        from omnimed.knowledge.corpus import world_of
+
+        world = world_of(cfg.knowledge)
+    backend = build_backend(cfg.backend, model=cfg.model, world=world, cache_root=Path(cfg.paths.cache))
 
     per_seed: list[float] = []
     rows: list[dict[str, Any]] = []
@@ -78,7 +83,8 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
     for seed in cfg.task.seeds:
         params = SamplingParams(max_new_tokens=cfg.pipeline.max_new_tokens, temperature=cfg.pipeline.temperature,
                                 seed=seed)
-        result = run_pipeline(cfg.pipeline, Reader(backend, params=params), questions, kb)
+        result = run_pipeline(cfg.pipeline, Reader(backend, params=params, answer_mode=cfg.pipeline.answer_mode),
+                              questions, kb)
         correct = [bool(o.correct) for o in result.outputs]
         acc = accuracy(correct, n_resamples=cfg.task.bootstrap_resamples, seed=seed)
         per_seed.append(acc.value)

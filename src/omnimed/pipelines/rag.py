@@ -26,6 +26,7 @@ class PipelineConfig:
     retriever: Optional[str] = None
     max_new_tokens: int = 512
     temperature: float = 0.0
+    answer_mode: str = "generate"  # generate | logprob (see omnimed.pipelines.reader.Reader)
 
 
 def retrieve_evidence(kb, questions: Sequence[Question], cfg: PipelineConfig) -> list[list[Passage]]:

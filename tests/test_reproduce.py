@@ -105,4 +105,4 @@ def test_list_shows_every_table_with_its_counts(tmp_path):
     res = reproduce("--list", "--root", str(tmp_path / "experiments"), cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     line = next(line for line in res.stdout.splitlines() + res.stderr.splitlines() if "table1" in line)
-    assert "│ 4 " in line and "│ 2 " in line and "│ 1 " in line  # rows, run, missing/external
+    assert "│ 4 " in line and "│ 2 " in line and "│ 1 " in line  # rows, run, missing, external

@@ -18,8 +18,8 @@ from omnimed.evaluation.manifest import ManifestError, find_manifests, load_mani
 
 def list_tables(root: Path) -> int:
     table = Table(title=f"paper tables under {root}")
-    for col in ("paper", "table", "title", "rows", "run", "missing", "external", "columns"):
-        table.add_column(col)
+    for col in ("paper", "table", "rows", "run", "missing", "external", "columns", "metric"):
+        table.add_column(col, no_wrap=True)
     bad = 0
     for path in find_manifests(root):
         try:
@@ -29,8 +29,8 @@ def list_tables(root: Path) -> int:
             bad += 1
             continue
         c = m.counts()
-        table.add_row(m.paper, m.table, m.title[:48], str(len(m.rows)), str(c["runnable"]), str(c["missing"]),
-                      str(c["external"]), ", ".join(m.columns)[:40])
+        table.add_row(m.paper, m.table, str(len(m.rows)), str(c["runnable"]), str(c["missing"]),
+                      str(c["external"]), str(len(m.columns)), m.metric)
     console.print(table)
     return 1 if bad else 0
 
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--launcher", default="basic", help="hydra/launcher: basic | joblib | submitit_slurm")
     parser.add_argument("--dry-run", action="store_true", help="validate and show the runs without running them")
     parser.add_argument("overrides", nargs="*", help="extra overrides for every run, e.g. task.limit=50")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     if args.list:
         return list_tables(Path(args.root))
     if not args.manifest:

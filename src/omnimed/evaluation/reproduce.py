@@ -18,6 +18,10 @@ from omnimed.evaluation.manifest import ManifestError, Row, TableManifest
 from omnimed.evaluation.report import Cell, write_report
 
 
+MINIATURE = "miniature"
+AVERAGE = "average"  # a column computed as the mean of the row's other columns, not run
+
+
 @dataclass
 class RowPlan:
     row: Row
@@ -48,10 +52,16 @@ def plan_rows(manifest: TableManifest, preset: str, extra: list[str] | None = No
         while name in seen:
             name += "-x"
         seen.add(name)
-        overrides = [f"task={row_task(row)}", *manifest.presets[preset], *row.overrides, *(extra or [])]
+        # at miniature scale the preset wins (it stands a CPU model and corpus in for every production one);
+        # at any other scale the row's own choices (its reader, its planner) win over the preset's defaults
+        ordered = ([*row.overrides, *manifest.presets[preset]] if preset == MINIATURE
+                   else [*manifest.presets[preset], *row.overrides])
+        overrides = [f"task={row_task(row)}", *ordered, *(extra or [])]
         plan = RowPlan(row, name, overrides)
         for col in manifest.columns:
-            plan.datasets.setdefault(manifest.datasets[preset][col], []).append(col)
+            key = manifest.datasets[preset][col]
+            if key != AVERAGE:
+                plan.datasets.setdefault(key, []).append(col)
         plans.append(plan)
     return plans
 
@@ -121,6 +131,19 @@ def read_cell(run_dir: Path, manifest: TableManifest) -> Cell:
                 n=metrics.get("n"), status="measured", run_dir=str(run_dir))
 
 
+def _fill_averages(manifest: TableManifest, preset: str, row_cells: dict[str, Cell]) -> None:
+    """An ``average`` column is the unweighted mean of the row's other columns, as the papers compute it; it
+    stays empty unless every other column was measured."""
+    averaged = [c for c in manifest.columns if manifest.datasets[preset][c] == AVERAGE]
+    others = [c for c in manifest.columns if c not in averaged]
+    values = [row_cells[c].ours for c in others if c in row_cells and row_cells[c].ours is not None]
+    for col in averaged:
+        if len(values) == len(others) and values:
+            row_cells[col] = Cell(ours=sum(values) / len(values), status="measured", run_dir="mean of the row")
+        else:
+            row_cells[col] = Cell(status="not run: needs every other column")
+
+
 def reproduce(
     manifest: TableManifest,
     *,
@@ -144,12 +167,18 @@ def reproduce(
         if dry_run:
             continue
         res = run_row(plan, manifest, runs_dir, launcher)
+        reason = ""
         if res.returncode != 0:
-            log(f"  failed (exit {res.returncode}): {res.stderr.strip().splitlines()[-1] if res.stderr else ''}")
+            errors = [line for line in (res.stderr or "").splitlines() if "Error" in line or "error:" in line]
+            reason = errors[-1].strip() if errors else f"exit {res.returncode}"
+            log(f"  failed: {reason}")
         cells[plan.row.name] = {}
         for key, columns in plan.datasets.items():
             cell = read_cell(runs_dir / plan.slug / key, manifest)
+            if cell.status == "failed" and reason:
+                cell.status = f"failed: {reason[:160]}"
             for col in columns:
                 cells[plan.row.name][col] = cell
+        _fill_averages(manifest, preset, cells[plan.row.name])
     paths = {} if dry_run else write_report(manifest, cells, out_dir, preset)
     return cells, paths

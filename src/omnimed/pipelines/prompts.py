@@ -1,56 +1,106 @@
-"""Prompt templates of the shared reader and judges, in our own words, in the formats the papers specify
-(step-by-step reasoning, then the final answer inside ``<answer>...</answer>``). Bump ``PROMPT_VERSION`` whenever
-the wording changes: it is part of every cached call's key through the prompt text, and of the run's metadata."""
+"""Prompt templates of the shared reader and of the statement judge, as chat messages.
+
+The wording is ours; the formats follow the papers: reason step by step, then put the final answer inside
+``<answer>...</answer>`` (Omni-RAG's reader), evidence passages numbered with their source and title, and a
+three-way statement verdict (correct / incorrect / not mentioned, PolyRAG's long-form evaluation) inside
+``<label>...</label>``.
+
+Bump :data:`PROMPT_VERSION` whenever a template's wording changes: the prompt text is part of every cached call's
+key, and the version is recorded with each run so numbers from different wordings are never mixed silently.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from omnimed.data.records import MultipleChoiceQuestion, OpenQuestion, Passage
+from omnimed.generation.types import Messages
 
-PROMPT_VERSION = "reader-v1"
+PROMPT_VERSION = "reader-v2"
 
-SYSTEM = ("You are a careful medical expert. Think the question through step by step, use the evidence when it "
-          "helps and say so when it does not, then give your final answer inside <answer></answer> tags.")
+#: the tag the reader's final answer goes in, and the one the judge's verdict goes in
+ANSWER_TAG = "answer"
+JUDGE_TAG = "label"
+
+READER_SYSTEM = (
+    "You are a careful medical expert. Work through the question one step at a time, lean on the evidence when "
+    "it is relevant and set it aside when it is not, and finish with your final answer inside "
+    "<answer></answer> tags."
+)
+
+JUDGE_SYSTEM = (
+    "You check single statements against a reference answer written by medical experts. Judge only what the "
+    "reference says or clearly implies, not your own knowledge."
+)
 
 
-def evidence_block(passages: Sequence[Passage], max_chars: int = 1200) -> str:
-    """Passages numbered [1], [2], ... with their source and title, each cut to ``max_chars`` characters."""
-    lines = []
+def _clip(text: str, max_chars: int | None) -> str:
+    """``text`` cut to at most ``max_chars`` characters at a word boundary, with `` ...`` marking the cut."""
+    if max_chars is None or len(text) <= max_chars:
+        return text
+    head = text[:max_chars]
+    if " " in head:
+        head = head.rsplit(" ", 1)[0]
+    return head.rstrip() + " ..."
+
+
+def evidence_block(passages: Sequence[Passage], max_chars: int | None = 1200) -> str:
+    """Passages numbered ``[1]``, ``[2]``, ... with their source and title, each text cut to ``max_chars``."""
+    blocks = []
     for i, p in enumerate(passages, start=1):
-        head = f"[{i}] ({p.source}" + (f": {p.title}" if p.title else "") + ")"
-        text = p.text if len(p.text) <= max_chars else p.text[:max_chars].rsplit(" ", 1)[0] + " ..."
-        lines.append(f"{head}\n{text}")
-    return "\n\n".join(lines)
+        head = f"[{i}] source: {p.source}" + (f" | title: {p.title}" if p.title else "")
+        blocks.append(f"{head}\n{_clip(p.text, max_chars)}")
+    return "\n\n".join(blocks)
 
 
-def mcq_messages(q: MultipleChoiceQuestion, passages: Sequence[Passage] = (), max_chars: int = 1200) -> list[dict]:
-    options = "\n".join(f"{letter}. {text}" for letter, text in q.options.items())
+def options_block(options: Mapping[str, str]) -> str:
+    """One ``X. text`` line per option, in the options' order."""
+    return "\n".join(f"{letter}. {text}" for letter, text in options.items())
+
+
+def _with_evidence(passages: Sequence[Passage], max_chars: int | None, rest: list[str]) -> str:
     parts = []
     if passages:
-        parts.append("Evidence:\n" + evidence_block(passages, max_chars))
-    parts.append(f"Question: {q.question}\n\nOptions:\n{options}")
-    parts.append("Reason step by step, then write only the letter of the best option as <answer>X</answer>.")
-    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
+        parts.append("Evidence passages:\n" + evidence_block(passages, max_chars))
+    return "\n\n".join(parts + rest)
 
 
-def open_messages(q: OpenQuestion, passages: Sequence[Passage] = (), max_chars: int = 1200) -> list[dict]:
-    parts = []
-    if passages:
-        parts.append("Evidence:\n" + evidence_block(passages, max_chars))
-    parts.append(f"Question: {q.question}")
-    parts.append("Answer in a few sentences, inside <answer></answer>.")
-    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
+def mcq_messages(q: MultipleChoiceQuestion, passages: Sequence[Passage] = (),
+                 max_chars: int | None = 1200) -> Messages:
+    """Reader prompt for a multiple-choice question; a question with several correct options asks for all of
+    their letters, comma-separated, in one tag."""
+    letters = ", ".join(q.options)
+    if len(q.answer) > 1:
+        ask = ("More than one option may be correct. Think it through step by step, then give the letters of all "
+               f"correct options ({letters}), separated by commas, in one tag such as <answer>A, C</answer>.")
+    else:
+        ask = ("Think it through step by step, then give the letter of the single best option "
+               f"({letters}) as <answer>X</answer>.")
+    user = _with_evidence(passages, max_chars, [f"Question: {q.question}", f"Options:\n{options_block(q.options)}",
+                                                ask])
+    return [{"role": "system", "content": READER_SYSTEM}, {"role": "user", "content": user}]
 
 
-def statement_judge_messages(reference: str, statement: str) -> list[dict]:
-    """PolyRAG-style statement check: is one statement of an answer correct, incorrect or not mentioned with
-    respect to the reference answer?"""
-    return [
-        {"role": "system", "content": "You compare one statement with a reference answer written by experts."},
-        {"role": "user", "content": (
-            f"Reference answer:\n{reference}\n\nStatement:\n{statement}\n\n"
-            "If the reference confirms the statement, reply <label>correct</label>; if it contradicts it, "
-            "<label>incorrect</label>; if it says nothing about it, <label>not_mentioned</label>."
-        )},
+def open_messages(q: OpenQuestion, passages: Sequence[Passage] = (), max_chars: int | None = 1200) -> Messages:
+    """Reader prompt for an open question: a short free-text answer inside the tag."""
+    ask = ("Think it through step by step, then write your answer in a few plain sentences inside "
+           "<answer></answer>.")
+    user = _with_evidence(passages, max_chars, [f"Question: {q.question}", ask])
+    return [{"role": "system", "content": READER_SYSTEM}, {"role": "user", "content": user}]
+
+
+def statement_judge_messages(reference: str, statement: str, question: str | None = None) -> Messages:
+    """Judge prompt for one statement of a long-form answer against the reference answer (and, when given, the
+    question both answer). The verdict is one of ``correct``, ``incorrect``, ``not_mentioned``."""
+    parts = [f"Question: {question}"] if question else []
+    parts += [
+        f"Reference answer:\n{reference}",
+        f"Statement:\n{statement}",
+        ("Decide how the reference answer relates to the statement:\n"
+         "- correct: the reference states it or clearly implies it, with nothing contradicting it;\n"
+         "- incorrect: the reference covers the same point and shows the statement is wrong;\n"
+         "- not_mentioned: the reference does not address it, so it cannot be checked.\n"
+         "Reply with exactly one of <label>correct</label>, <label>incorrect</label> or "
+         "<label>not_mentioned</label>."),
     ]
+    return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]

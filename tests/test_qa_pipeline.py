@@ -1,0 +1,157 @@
+"""Generation backends, the reader, the metrics and `omnimed-evaluate task=qa`, on the tiny model, the real
+SmolLM2 and the world's oracle: deterministic batched decoding, exact scores, the call cache (no repeated calls,
+resumes after an interruption), answer parsing that reports what it cannot read, intervals that behave."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from omnimed.data.world import build_world
+from omnimed.evaluation.metrics import accuracy, mean_std, per_class_accuracy, split_statements, statement_ratios
+from omnimed.generation.cache import CachedBackend
+from omnimed.generation.hf import HFBackend
+from omnimed.generation.oracle import OracleBackend
+from omnimed.generation.types import Generation, Request, SamplingParams
+from omnimed.models.config import ModelConfig
+from omnimed.pipelines.reader import Reader, parse_mcq_answer
+
+BIN = Path(sys.executable).parent
+TINY = ModelConfig(name="tiny-llama", source="tiny", name_or_path="tiny-llama")
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return HFBackend(TINY, batch_size=3)
+
+
+def test_hf_greedy_is_deterministic_and_batch_invariant(tiny):
+    reqs = [Request("the patient"), Request("a drug that"), Request([{"role": "user", "content": "hello"}])]
+    params = SamplingParams(max_new_tokens=5)
+    batched = [g[0].text for g in tiny.generate(reqs, params)]
+    alone = [tiny.generate([r], params)[0][0].text for r in reqs]
+    assert batched == alone and batched == [g[0].text for g in tiny.generate(reqs, params)]
+
+
+def test_hf_score_and_next_token_logprobs_equal_a_hand_computation(tiny):
+    tok, model = tiny.tokenizer, tiny.model
+    prompt, cont = "the patient", " has fever"
+    p = tok(prompt)["input_ids"]
+    c = tok(cont, add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        logp = torch.log_softmax(model(torch.tensor([p + c])).logits[0].float(), -1)
+    expected = sum(float(logp[len(p) - 1 + i, t]) for i, t in enumerate(c))
+    assert tiny.score([Request(prompt)], [cont])[0] == pytest.approx(expected, abs=1e-5)
+    token = tok.convert_ids_to_tokens(c[0])
+    (lps,) = tiny.next_token_logprobs([Request(prompt)], [token])
+    assert lps[token] == pytest.approx(float(logp[len(p) - 1, c[0]]), abs=1e-5)
+
+
+class _Counting:
+    """A backend that counts calls and can fail once, mid-way through a stage."""
+
+    name, model_id = "counting", "m"
+
+    def __init__(self, fail_after: int | None = None):
+        self.calls, self.fail_after = 0, fail_after
+
+    def generate(self, requests, params):
+        self.calls += len(requests)
+        if self.fail_after is not None and self.calls > self.fail_after:
+            raise KeyboardInterrupt
+        return [[Generation(text=f"echo {r.prompt}")] for r in requests]
+
+
+def test_cache_serves_repeats_and_resumes_an_interrupted_stage(tmp_path):
+    reqs = [Request(f"q{i}") for i in range(10)]
+    first = CachedBackend(_Counting(fail_after=4), tmp_path, batch_size=4)
+    with pytest.raises(KeyboardInterrupt):
+        first.generate(reqs, SamplingParams())
+    again = CachedBackend(_Counting(), tmp_path, batch_size=4)
+    out = again.generate(reqs, SamplingParams())
+    assert again.backend.calls == 6 and again.hits == 4  # the finished batch was kept
+    assert [g[0].text for g in out] == [f"echo q{i}" for i in range(10)]
+    third = CachedBackend(_Counting(), tmp_path)
+    third.generate(reqs, SamplingParams())
+    assert third.backend.calls == 0 and third.hits == 10
+    third.generate(reqs, SamplingParams(max_new_tokens=7))  # other sampling parameters are other calls
+    assert third.backend.calls == 10
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("so <answer>B</answer>", ("B", None)),
+    ("<answer> (c) </answer>", ("C", None)),
+    ("<answer>A. Aspirin</answer> then <answer>D</answer>", ("D", None)),
+    ("<answer>warfarin</answer>", ("B", None)),
+    ("the answer is B", (None, "no <answer> tag")),
+    ("<answer>E</answer>", (None, "answer 'E' is not an option (A, B, C, D)")),
+    ("<answer></answer>", (None, "empty <answer> tag")),
+])
+def test_mcq_answer_parsing(text, expected):
+    options = {"A": "aspirin", "B": "Warfarin", "C": "heparin", "D": "insulin"}
+    assert parse_mcq_answer(text, options) == expected
+
+
+def test_reader_counts_malformed_answers_wrong_and_reports_them():
+    world = build_world(0, "tiny")
+    qs = world.questions[:3]
+
+    class Canned:
+        name, model_id = "canned", "c"
+
+        def generate(self, requests, params):
+            gold = [f"<answer>{qs[0].answer[0]}</answer>", "I am not sure.", ""]
+            return [[Generation(text=t, error=None if t else "HTTP 500")] for t in gold]
+
+    outs = Reader(Canned()).answer_mcq(qs, [[world.passages[0]]] * 3)
+    assert [o.correct for o in outs] == [True, False, False]
+    assert outs[1].problem == "no <answer> tag" and outs[2].problem.startswith("generation failed: HTTP 500")
+
+
+def test_oracle_answers_world_questions_and_logprob_mode_picks_its_letter():
+    world = build_world(0, "tiny")
+    oracle = OracleBackend(world)
+    outs = Reader(oracle).answer_mcq(world.questions)
+    assert all(o.correct for o in outs)
+    outs = Reader(oracle, answer_mode="logprob").answer_mcq(world.questions)
+    assert all(o.correct for o in outs)
+
+
+def test_accuracy_interval_and_seed_statistics():
+    acc = accuracy([True] * 50 + [False] * 50)
+    assert acc.value == 0.5 and acc.stderr == pytest.approx(0.05)
+    assert acc.ci_low < 0.5 < acc.ci_high and acc.ci_high - acc.ci_low == pytest.approx(0.2, abs=0.05)
+    wide = accuracy([True] * 5 + [False] * 5)
+    assert wide.ci_high - wide.ci_low > acc.ci_high - acc.ci_low
+    assert accuracy([True] * 7).ci_low == 1.0
+    assert mean_std([0.5, 0.7]) == pytest.approx((0.6, math.sqrt(0.02), 2))
+    pc = per_class_accuracy(["[Relevant]", "[Relevant]", "[Irrelevant]"], ["[Relevant]", None, "[Relevant]"],
+                            ["[Relevant]", "[Irrelevant]"])
+    assert pc["per_class"]["[Relevant]"]["accuracy"] == 0.5 and pc["per_class"]["[Irrelevant]"]["accuracy"] == 0.0
+    assert pc["confusion"]["[Relevant]"] == {"[Relevant]": 1, "<none>": 1}
+    assert split_statements("Take 2.5 mg daily. Avoid e.g. alcohol. Stop if rash.") == \
+        ["Take 2.5 mg daily.", "Avoid e.g. alcohol.", "Stop if rash."]
+    assert statement_ratios(["correct", "incorrect", "correct", "unparsed"])["correct"] == 0.5
+
+
+def test_evaluate_qa_with_smollm2_writes_every_prediction(tmp_path):
+    res = subprocess.run([str(BIN / "omnimed-evaluate"), "task=qa", "knowledge=world_tiny", "task.split=null",
+                          "task.limit=6", "pipeline.answer_mode=logprob", f"paths.root={tmp_path}",
+                          f"paths.cache={tmp_path}/cache", f"hydra.run.dir={tmp_path}/qa"],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    metrics = json.loads((tmp_path / "qa" / "metrics.json").read_text())
+    assert metrics["n"] == 6 and 0.0 <= metrics["accuracy_ci_low"] <= metrics["accuracy"] <= metrics["accuracy_ci_high"]
+    rows = [json.loads(line) for line in (tmp_path / "qa" / "predictions.jsonl").read_text().splitlines()]
+    assert len(rows) == 6 and all(r["prediction"] in "ABCD" for r in rows)
+    assert sum(r["correct"] for r in rows) / 6 == pytest.approx(metrics["accuracy"])
+    (run_file,) = (tmp_path / "qa" / "wandb").glob("offline-run-*/run-*.wandb")
+    summary = json.loads(subprocess.run([str(BIN / "wandb"), "leet", "inspect", "--summary", "--json", str(run_file)],
+                                        capture_output=True, text=True, check=True).stdout)
+    assert summary["summary"]["accuracy"] == pytest.approx(metrics["accuracy"])

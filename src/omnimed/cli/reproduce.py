@@ -18,8 +18,9 @@ from omnimed.evaluation.manifest import ManifestError, find_manifests, load_mani
 
 def list_tables(root: Path) -> int:
     table = Table(title=f"paper tables under {root}")
-    for col in ("paper", "table", "rows", "run", "missing", "external", "columns", "metric"):
+    for col in ("paper", "table", "rows", "run", "missing", "external", "cols"):
         table.add_column(col, no_wrap=True)
+    table.add_column("metric", overflow="fold")
     bad = 0
     for path in find_manifests(root):
         try:

@@ -48,6 +48,7 @@ class TableManifest(BaseModel):
     title: str
     source: str
     metric: str
+    metrics: dict[str, str] = Field(default_factory=dict)  # column -> metric, where a column differs from `metric`
     scale: float = 100.0
     columns: list[str]
     datasets: dict[str, dict[str, str]]
@@ -64,11 +65,17 @@ class TableManifest(BaseModel):
             if extra:
                 raise ValueError(f"row {row.name!r}: published numbers for unknown columns {sorted(extra)}; "
                                  f"columns are {self.columns}")
+        unknown = set(self.metrics) - set(self.columns)
+        if unknown:
+            raise ValueError(f"metrics: unknown columns {sorted(unknown)}; columns are {self.columns}")
         for preset, mapping in self.datasets.items():
             missing = [c for c in self.columns if c not in mapping]
             if missing:
                 raise ValueError(f"datasets.{preset}: no dataset for columns {missing}")
         return self
+
+    def metric_for(self, column: str) -> str:
+        return self.metrics.get(column, self.metric)
 
     @property
     def group(self) -> str:

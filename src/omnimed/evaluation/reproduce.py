@@ -28,6 +28,9 @@ class RowPlan:
     slug: str
     overrides: list[str]
     datasets: dict[str, list[str]] = field(default_factory=dict)  # dataset key -> the columns it fills
+    # the row's own overrides composed last: at miniature scale the preset hides them, but a row naming an
+    # option that does not exist is wrong at every scale and must fail validation
+    row_last: list[str] = field(default_factory=list)
 
 
 def slug(text: str) -> str:
@@ -57,7 +60,8 @@ def plan_rows(manifest: TableManifest, preset: str, extra: list[str] | None = No
         ordered = ([*row.overrides, *manifest.presets[preset]] if preset == MINIATURE
                    else [*manifest.presets[preset], *row.overrides])
         overrides = [f"task={row_task(row)}", *ordered, *(extra or [])]
-        plan = RowPlan(row, name, overrides)
+        plan = RowPlan(row, name, overrides,
+                       row_last=[f"task={row_task(row)}", *manifest.presets[preset], *(extra or []), *row.overrides])
         for col in manifest.columns:
             key = manifest.datasets[preset][col]
             if key != AVERAGE:
@@ -83,13 +87,14 @@ def validate(plans: list[RowPlan], manifest: TableManifest) -> None:
     with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
         for plan in plans:
             for key in plan.datasets:
-                overrides = [*plan.overrides, dataset_override(row_task(plan.row), key)]
-                try:
-                    compose("evaluate", overrides=overrides)
-                except Exception as exc:  # Hydra raises several kinds; all mean the row is wrong
-                    raise ManifestError(
-                        f"{manifest.group}: row {plan.row.name!r} does not compose with {overrides}: {exc}"
-                    ) from exc
+                for ordered in (plan.overrides, plan.row_last):
+                    overrides = [*ordered, dataset_override(row_task(plan.row), key)]
+                    try:
+                        compose("evaluate", overrides=overrides)
+                    except Exception as exc:  # Hydra raises several kinds; all mean the row is wrong
+                        raise ManifestError(
+                            f"{manifest.group}: row {plan.row.name!r} does not compose with {overrides}: {exc}"
+                        ) from exc
 
 
 def run_row(plan: RowPlan, manifest: TableManifest, runs_dir: Path, launcher: str) -> subprocess.CompletedProcess:
@@ -109,13 +114,13 @@ def run_row(plan: RowPlan, manifest: TableManifest, runs_dir: Path, launcher: st
     return subprocess.run(cmd, text=True, capture_output=True)
 
 
-def read_cell(run_dir: Path, manifest: TableManifest) -> Cell:
-    """Our number for one run, on the paper's scale; a run without metrics.json is ``failed``."""
+def read_cell(run_dir: Path, manifest: TableManifest, column: str) -> Cell:
+    """Our number for one (run, column), on the paper's scale; a run without metrics.json is ``failed``."""
     path = run_dir / "metrics.json"
     if not path.is_file():
         return Cell(status="failed", run_dir=str(run_dir))
     metrics = json.loads(path.read_text())
-    key = manifest.metric
+    key = manifest.metric_for(column)
     if key not in metrics:
         # a retrieval run reports "<method>/<metric>" (plus per-source and graph breakdowns): take the one method
         candidates = [k for k in metrics if k.count("/") == 1 and k.endswith("/" + key) and not k.startswith("graph/")]
@@ -174,10 +179,10 @@ def reproduce(
             log(f"  failed: {reason}")
         cells[plan.row.name] = {}
         for key, columns in plan.datasets.items():
-            cell = read_cell(runs_dir / plan.slug / key, manifest)
-            if cell.status == "failed" and reason:
-                cell.status = f"failed: {reason[:160]}"
             for col in columns:
+                cell = read_cell(runs_dir / plan.slug / key, manifest, col)
+                if cell.status == "failed" and reason:
+                    cell.status = f"failed: {reason[:160]}"
                 cells[plan.row.name][col] = cell
         _fill_averages(manifest, preset, cells[plan.row.name])
     paths = {} if dry_run else write_report(manifest, cells, out_dir, preset)

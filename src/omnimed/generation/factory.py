@@ -1,10 +1,12 @@
-"""``BackendConfig`` (``conf/backend/*.yaml``) -> a backend, wrapped in the on-disk call cache."""
+"""``BackendConfig`` (``conf/backend/*.yaml``) -> a backend, wrapped in the on-disk call cache when asked."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import importlib.util
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 from omnimed.generation.types import Backend, GenerationError
 
@@ -13,47 +15,96 @@ BACKENDS: tuple[str, ...] = ("hf", "vllm", "openai", "oracle")
 
 @dataclass
 class BackendConfig:
-    """``name``: hf (the ``model`` config, or ``model_path``: an exported checkpoint folder) | vllm (``model_path``
-    or the model's hub id, in process) | openai (``base_url`` + ``served_model``; the key from ``api_key_env``) |
-    oracle (the synthetic world of the knowledge config). ``cache``: memoise every call on disk."""
+    """Which backend answers generation calls, and how.
+
+    ``name``: ``hf`` (transformers in process) | ``vllm`` (vLLM in process) | ``openai`` (an OpenAI-compatible
+    server at ``base_url``, key from the environment variable ``api_key_env``) | ``oracle`` (the synthetic world).
+    ``model``: for hf / vllm a ``conf/model`` name, a local HF folder (e.g. an ``omnimed-train`` export) or a hub
+    id; for openai the served model name. ``None``: the run's ``model`` config (its ``name`` for openai).
+    ``cache``: memoise every call in ``cache_dir`` (default ``<paths.cache>/generation``).
+    """
 
     name: str = "hf"
-    model_path: Optional[str] = None
+    model: Optional[str] = None
     base_url: str = "http://127.0.0.1:8000/v1"
-    served_model: Optional[str] = None
     api_key_env: str = "OPENAI_API_KEY"
     concurrency: int = 8
     timeout: float = 60.0
     max_retries: int = 5
     batch_size: int = 8
+    max_length: Optional[int] = None
+    device: str = "auto"
+    dtype: Optional[str] = None
+    extra_body: Dict[str, Any] = field(default_factory=dict)
     cache: bool = True
     cache_dir: Optional[str] = None
 
 
-def build_backend(cfg: BackendConfig, *, model: Any = None, world: Any = None,
+def _plain(cfg: Any) -> BackendConfig:
+    """A ``BackendConfig`` from itself or from a Hydra/OmegaConf node (validated against the dataclass)."""
+    if isinstance(cfg, BackendConfig):
+        return cfg
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(BackendConfig), cfg))  # type: ignore
+
+
+def _vllm_model(cfg: BackendConfig, model: Any) -> str:
+    """What vLLM loads: a folder as is, a ``conf/model`` name or the run's model resolved to its local folder,
+    anything else as a hub id."""
+    from omnimed.models.config import named_model_config
+    from omnimed.models.loading import resolve_model_path
+
+    if cfg.model:
+        if Path(cfg.model).is_dir():
+            return str(Path(cfg.model).resolve())
+        named = named_model_config(cfg.model)
+        if named.source == "hub" and named.name_or_path == cfg.model:
+            return cfg.model  # not a conf/model name: a hub id vLLM fetches itself
+        return str(resolve_model_path(named))
+    if model is None:
+        raise GenerationError("backend=vllm needs backend.model or the run's model config")
+    from omnimed.generation.hf import _as_model_config
+
+    return str(resolve_model_path(_as_model_config(model)))
+
+
+def default_cache_root() -> Path:
+    return Path(os.environ.get("OMNIMED_CACHE") or Path.home() / ".cache" / "omnimed")
+
+
+def build_backend(cfg: Any, *, model: Any = None, world: Any = None,
                   cache_root: str | Path | None = None) -> Backend:
-    """``model``: the run's ``ModelConfig`` (hf, vllm); ``world``: a ``World`` (oracle)."""
+    """Build the backend ``cfg`` names. ``model``: the run's ``ModelConfig`` (used when ``cfg.model`` is unset);
+    ``world``: a ``World`` (oracle); ``cache_root``: where ``generation/`` goes when ``cfg.cache_dir`` is unset."""
+    cfg = _plain(cfg)
+    backend: Backend
     if cfg.name == "hf":
         from omnimed.generation.hf import HFBackend
 
-        backend: Backend = HFBackend(cfg.model_path or model, batch_size=cfg.batch_size)
+        backend = HFBackend(cfg.model or model or "smollm2-135m", batch_size=cfg.batch_size,
+                            max_length=cfg.max_length, device=cfg.device, dtype=cfg.dtype)
     elif cfg.name == "vllm":
+        if importlib.util.find_spec("vllm") is None:
+            from omnimed.generation.vllm_backend import INSTALL_HINT
+
+            raise GenerationError(INSTALL_HINT)
         from omnimed.generation.vllm_backend import VLLMBackend
 
-        backend = VLLMBackend(cfg.model_path or getattr(model, "name_or_path", model))
+        backend = VLLMBackend(_vllm_model(cfg, model), dtype=cfg.dtype or "auto", max_model_len=cfg.max_length)
     elif cfg.name == "openai":
         from omnimed.generation.openai_backend import OpenAIBackend
 
-        served = cfg.served_model or getattr(model, "name", None)
+        served = cfg.model or getattr(model, "name", None)
         if not served:
-            raise GenerationError("backend=openai needs backend.served_model (the name the server serves)")
+            raise GenerationError("backend=openai needs backend.model: the model name the server serves")
         backend = OpenAIBackend(cfg.base_url, served, api_key_env=cfg.api_key_env, concurrency=cfg.concurrency,
-                                timeout=cfg.timeout, max_retries=cfg.max_retries)
+                                timeout=cfg.timeout, max_retries=cfg.max_retries, extra_body=cfg.extra_body)
     elif cfg.name == "oracle":
         from omnimed.generation.oracle import OracleBackend
 
         if world is None:
-            raise GenerationError("backend=oracle answers from the synthetic world: use a world knowledge base")
+            raise GenerationError("backend=oracle answers from the synthetic world: use a world knowledge config")
         backend = OracleBackend(world)
     else:
         raise GenerationError(f"backend.name={cfg.name!r}; expected one of {', '.join(BACKENDS)}")
@@ -61,5 +112,5 @@ def build_backend(cfg: BackendConfig, *, model: Any = None, world: Any = None,
         return backend
     from omnimed.generation.cache import CachedBackend
 
-    root = Path(cfg.cache_dir) if cfg.cache_dir else Path(cache_root or ".cache/omnimed") / "generation"
-    return CachedBackend(backend, root)
+    folder = Path(cfg.cache_dir) if cfg.cache_dir else Path(cache_root or default_cache_root()) / "generation"
+    return CachedBackend(backend, folder)

@@ -1,143 +1,283 @@
-"""The ``hf`` backend: a transformers causal LM in this process, batched (the default backend, CPU or GPU)."""
+"""The ``hf`` backend: a transformers causal LM in this process, batched (the default backend, CPU or GPU).
+
+Decisions that make its numbers trustworthy:
+
+- Batches are left-padded with explicit position ids, so a prompt gives the same logits alone or in a batch;
+  prompts are sorted by length before batching to waste little compute on padding.
+- Generated text is decoded with special tokens kept (added tokens such as ``[Retrieval]`` survive); only
+  padding and the end-of-sequence marker are removed.
+- ``score`` tokenizes the prompt and prompt + continuation and scores the tokens after their common prefix: the
+  tokens the model would really see, also where the boundary merges into one token.
+- ``model_id`` carries a fingerprint of the weight files, dtype and added tokens, so the on-disk cache never
+  serves results of an older checkpoint exported to the same folder.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from omnimed.generation.fingerprint import fingerprint
+from omnimed.generation.render import chunks, is_chat, render_with
 from omnimed.generation.types import Generation, GenerationError, Request, SamplingParams
 from omnimed.models.config import ModelConfig, named_model_config
+
+log = logging.getLogger(__name__)
+
+def _as_model_config(model: Any) -> ModelConfig:
+    """A ``ModelConfig`` from a ``ModelConfig``, an OmegaConf node of one, or a ``conf/model`` name."""
+    if isinstance(model, ModelConfig):
+        return model
+    if isinstance(model, str):
+        cfg = named_model_config(model)
+        # a name that is no conf/model file is a hub id or folder: here it is a causal LM, not an encoder
+        return dataclasses.replace(cfg, kind="causal_lm") if cfg.source == "hub" else cfg
+    from omegaconf import DictConfig, OmegaConf
+
+    if isinstance(model, DictConfig):
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig), model))  # type: ignore
+    raise GenerationError(f"hf backend: cannot load a model from {type(model).__name__} {model!r}")
+
+
+def _is_checkpoint_folder(model: Any) -> bool:
+    if not isinstance(model, (str, Path)):
+        return False
+    path = Path(model)
+    return path.is_dir() and ((path / "config.json").is_file() or (path / "adapter_config.json").is_file())
 
 
 class HFBackend:
     """Generate, score and read next-token log-probabilities with a transformers model.
 
-    ``model`` is a ``ModelConfig``, a ``conf/model`` name, or a folder written by ``omnimed-train`` (a full model,
-    or a LoRA adapter whose base is loaded first). Message prompts go through the tokenizer's chat template; plain
-    strings are used as they are. Decoding keeps added special tokens (reflective tokens survive) and drops only
-    padding and end-of-sequence markers.
+    ``model``: a ``ModelConfig``, a ``conf/model`` name, or a local HF folder (an ``omnimed-train`` export: a full
+    model, or a LoRA adapter whose base is loaded first and merged for speed). Message prompts use the tokenizer's
+    chat template when ``use_chat_template`` (else a plain ``Role: content`` rendering); strings are used as they
+    are. ``max_length``: the longest prompt accepted, in tokens (default: the model's context size); a longer one
+    fails that request (``Generation.error``; ``score`` raises). ``dtype``: overrides the config's.
     """
 
     name = "hf"
 
-    def __init__(self, model: ModelConfig | str, *, batch_size: int = 8, device: str | None = None) -> None:
-        self.batch_size = batch_size
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        self.model, self.tokenizer, self.model_id = self._load(model)
+    def __init__(
+        self,
+        model: ModelConfig | str,
+        *,
+        batch_size: int = 8,
+        use_chat_template: bool = True,
+        max_length: int | None = None,
+        device: str = "cpu",
+        dtype: str | None = None,
+    ) -> None:
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(device)
+        self.batch_size = max(1, int(batch_size))
+        self.model, self.tokenizer, self.model_id = self._load(model, dtype)
         self.model.to(self.device).eval()
-        self.tokenizer.padding_side = "left"
-        if self.tokenizer.pad_token is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
+        if self.tokenizer.pad_token_id is None:
+            from omnimed.models.tokens import ensure_pad_token
+
+            ensure_pad_token(self.tokenizer)
+        self.template = self.tokenizer if use_chat_template and self.tokenizer.chat_template else None
+        ctx = getattr(self.model.config, "max_position_embeddings", None)
+        self.max_length = int(max_length or ctx or 2048)
+        self._keep_arg = "logits_to_keep" in inspect.signature(self.model.forward).parameters
+        eos = self.model.generation_config.eos_token_id
+        eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos]) | {self.tokenizer.eos_token_id}
+        self._eos_ids = {int(i) for i in eos_ids if i is not None}
 
     def __repr__(self) -> str:
-        return f"HFBackend({self.model_id!r}, device={self.device})"
+        return f"HFBackend({self.model_id!r}, device={self.device}, batch_size={self.batch_size})"
 
+    # ------------------------------------------------------------------------------------------- loading
     @staticmethod
-    def _load(model: ModelConfig | str):
-        from omnimed.models.loading import load_causal_lm, load_tokenizer
+    def _load(model: Any, dtype: str | None) -> tuple[Any, Any, str]:
+        from omnimed.models.loading import load_causal_lm, load_tokenizer, resolve_model_path, torch_dtype
 
-        if isinstance(model, str) and Path(model).is_dir():
+        if _is_checkpoint_folder(model):
             from omnimed.training.export import load_exported
 
-            loaded, tokenizer = load_exported(model)
+            folder = Path(model).resolve()
+            dtype = dtype or "float32"
+            loaded, tokenizer = load_exported(folder, dtype=torch_dtype(dtype))
             if tokenizer is None:
-                raise GenerationError(f"hf backend: {model} has no tokenizer files; export with omnimed-train")
-            return loaded, tokenizer, str(Path(model).resolve())
-        cfg = named_model_config(model) if isinstance(model, str) else model
-        if cfg.kind != "causal_lm" and cfg.source == "hub":  # a bare hub id or folder given by name
-            cfg = dataclasses.replace(cfg, kind="causal_lm")
+                raise GenerationError(f"hf backend: {folder} holds no tokenizer; export it with its tokenizer")
+            if hasattr(loaded, "merge_and_unload"):  # a LoRA adapter: merged, it runs as fast as the base
+                loaded = loaded.merge_and_unload()
+            loaded.requires_grad_(False)
+            return loaded, tokenizer, f"{folder.name}@{fingerprint(folder, dtype)}"
+        cfg = _as_model_config(model)
+        if cfg.kind != "causal_lm":
+            raise GenerationError(f"hf backend: model {cfg.name!r} is a {cfg.kind}, not a causal LM")
+        if dtype:
+            cfg = dataclasses.replace(cfg, dtype=dtype)
         tokenizer = load_tokenizer(cfg)
-        return load_causal_lm(cfg, tokenizer, for_training=False), tokenizer, f"{cfg.name}:{cfg.name_or_path}"
+        loaded = load_causal_lm(cfg, tokenizer, for_training=False)
+        folder = resolve_model_path(cfg)
+        return loaded, tokenizer, f"{cfg.name}@{fingerprint(folder, cfg.dtype, tuple(cfg.special_tokens))}"
 
     # ------------------------------------------------------------------------------------------- prompts
     def render(self, request: Request) -> str:
-        """The prompt text; ``meta["assistant_prefix"]`` starts the assistant's reply (e.g. ``<answer>``)."""
-        if isinstance(request.prompt, str):
-            return request.prompt
-        text = self.tokenizer.apply_chat_template(request.prompt, tokenize=False, add_generation_prompt=True)
-        return text + request.meta.get("assistant_prefix", "")
+        """The prompt text the model sees (chat template applied, assistant prefix appended)."""
+        return render_with(request, self.template)
 
-    def _ids(self, request: Request) -> list[int]:
-        # a rendered chat template already holds its special tokens
-        return self.tokenizer(self.render(request), add_special_tokens=isinstance(request.prompt, str))["input_ids"]
+    def _encode(self, text: str, request: Request) -> list[int]:
+        # a rendered chat template already holds its special tokens; a plain string gets the tokenizer's own
+        return self.tokenizer(text, add_special_tokens=not is_chat(request))["input_ids"]
 
-    def _token_id(self, token: str) -> int:
-        tid = self.tokenizer.convert_tokens_to_ids(token)
-        if tid is not None and tid != self.tokenizer.unk_token_id and tid >= 0:
-            return int(tid)
-        ids = self.tokenizer(token, add_special_tokens=False)["input_ids"]
-        if len(ids) != 1:
-            raise GenerationError(f"hf backend ({self.model_id}): {token!r} is not one token of the vocabulary "
-                                  f"(it encodes to {len(ids)} tokens); add it as a special token first")
-        return int(ids[0])
+    def token_id(self, token: str) -> int:
+        """The id of ``token``: a vocabulary entry (added tokens included) or text that encodes to one token."""
+        tid = self.tokenizer.get_vocab().get(token)
+        if tid is None:
+            ids = self.tokenizer(token, add_special_tokens=False)["input_ids"]
+            if len(ids) != 1:
+                pieces = self.tokenizer.convert_ids_to_tokens(ids)
+                raise GenerationError(f"hf backend ({self.model_id}): {token!r} is not a token of the vocabulary "
+                                      f"(it encodes to {len(ids)} tokens: {pieces}); add it as a special token "
+                                      "(ModelConfig.special_tokens) to score it as one")
+            tid = ids[0]
+        rows = self.model.get_output_embeddings().weight.shape[0]
+        if tid >= rows:
+            raise GenerationError(f"hf backend ({self.model_id}): {token!r} has id {tid} but the model has {rows} "
+                                  "output rows; it was added to the tokenizer without resizing the model")
+        return int(tid)
 
-    def _batch(self, rows: list[list[int]], side: str) -> dict[str, torch.Tensor]:
+    def _batch(self, rows: Sequence[Sequence[int]]) -> dict[str, torch.Tensor]:
+        """Left-padded ids, mask and position ids (so padding shifts no position)."""
         width = max(len(r) for r in rows)
-        pad = self.tokenizer.pad_token_id
-        ids = torch.full((len(rows), width), pad, dtype=torch.long)
+        ids = torch.full((len(rows), width), int(self.tokenizer.pad_token_id), dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
         for i, r in enumerate(rows):
-            sl = slice(width - len(r), width) if side == "left" else slice(0, len(r))
-            ids[i, sl] = torch.tensor(r)
-            mask[i, sl] = 1
-        return {"input_ids": ids.to(self.device), "attention_mask": mask.to(self.device)}
+            ids[i, width - len(r):] = torch.tensor(list(r), dtype=torch.long)
+            mask[i, width - len(r):] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        return {"input_ids": ids.to(self.device), "attention_mask": mask.to(self.device),
+                "position_ids": positions.to(self.device)}
 
-    # ------------------------------------------------------------------------------------------- contract
+    def _last_logits(self, rows: Sequence[Sequence[int]], keep: int) -> torch.Tensor:
+        """fp32 logits of the last ``keep`` positions of each (left-padded) row: [batch, keep, vocab]."""
+        batch = self._batch(rows)
+        if self._keep_arg:
+            logits = self.model(**batch, logits_to_keep=keep).logits
+        else:
+            logits = self.model(**batch).logits
+        return logits[:, -keep:, :].float()
+
+    def _check_length(self, ids: Sequence[int]) -> str | None:
+        if len(ids) > self.max_length:
+            return f"prompt has {len(ids)} tokens; max_length is {self.max_length}"
+        return None
+
+    # ------------------------------------------------------------------------------------------- generate
+    def decode(self, ids: Sequence[int]) -> tuple[str, int, bool]:
+        """(text, tokens, ended): ``ids`` cut at the first end-of-sequence marker, padding dropped, special
+        tokens kept."""
+        ended = False
+        kept: list[int] = []
+        for t in ids:
+            t = int(t)
+            if t in self._eos_ids:
+                ended = True
+                break
+            if t != self.tokenizer.pad_token_id:
+                kept.append(t)
+        text = self.tokenizer.decode(kept, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        return text, len(kept), ended
+
     @torch.no_grad()
     def generate(self, requests: Sequence[Request], params: SamplingParams) -> list[list[Generation]]:
-        out: list[list[Generation]] = []
-        drop = {t for t in (self.tokenizer.pad_token, self.tokenizer.eos_token) if t}
-        for start in range(0, len(requests), self.batch_size):
-            chunk = list(requests[start : start + self.batch_size])
-            batch = self._batch([self._ids(r) for r in chunk], "left")
-            kwargs: dict[str, Any] = {"max_new_tokens": params.max_new_tokens, "num_return_sequences": params.n,
-                                      "pad_token_id": self.tokenizer.pad_token_id}
-            if params.temperature > 0:
-                torch.manual_seed(params.seed)
-                kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p)
+        encoded = [self._encode(self.render(r), r) for r in requests]
+        out: list[list[Generation] | None] = [None] * len(requests)
+        todo = []
+        for i, ids in enumerate(encoded):
+            problem = self._check_length(ids)
+            if problem:
+                out[i] = [Generation(text="", finish_reason="error", error=problem)] * params.n
             else:
-                kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+                todo.append(i)
+        todo.sort(key=lambda i: len(encoded[i]))
+        sample = params.temperature > 0
+        kwargs: dict[str, Any] = {"max_new_tokens": params.max_new_tokens,
+                                  "pad_token_id": self.tokenizer.pad_token_id}
+        if sample:
+            kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=None,
+                          num_return_sequences=params.n)
+        else:
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        if params.stop:
+            kwargs.update(stop_strings=list(params.stop), tokenizer=self.tokenizer)
+        per_row = params.n if sample else 1
+        for chunk in chunks(todo, self.batch_size):
+            batch = self._batch([encoded[i] for i in chunk])
+            if sample:
+                torch.manual_seed(params.seed)
             seqs = self.model.generate(**batch, **kwargs)[:, batch["input_ids"].shape[1]:]
-            for i in range(len(chunk)):
-                gens = []
-                for seq in seqs[i * params.n : (i + 1) * params.n]:
-                    tokens = [t for t in self.tokenizer.convert_ids_to_tokens(seq.tolist()) if t not in drop]
-                    text = self.tokenizer.convert_tokens_to_string(tokens)
-                    finish = "length" if len(tokens) >= params.max_new_tokens else "stop"
-                    for stop in params.stop:
-                        if stop in text:
-                            text, finish = text[: text.index(stop)], "stop"
-                    gens.append(Generation(text=text, finish_reason=finish, tokens=len(tokens)))
-                out.append(gens)
-        return out
+            for j, i in enumerate(chunk):
+                rows = seqs[j * per_row : (j + 1) * per_row]
+                gens = [self._finish(row.tolist(), params) for row in rows]
+                out[i] = gens if sample else gens * params.n
+        return out  # type: ignore[return-value]
 
+    def _finish(self, ids: list[int], params: SamplingParams) -> Generation:
+        text, n_tokens, ended = self.decode(ids)
+        finish = "stop" if ended else ("length" if n_tokens >= params.max_new_tokens else "stop")
+        cuts = [text.index(s) for s in params.stop if s and s in text]
+        if cuts:
+            text, finish = text[: min(cuts)], "stop"
+        return Generation(text=text, finish_reason=finish, tokens=n_tokens)
+
+    # ------------------------------------------------------------------------------------------- scoring
     @torch.no_grad()
     def score(self, requests: Sequence[Request], continuations: Sequence[str]) -> list[float]:
-        """Continuation tokens are tokenized on their own and appended to the prompt's tokens."""
-        out: list[float] = []
-        pairs = [(self._ids(r), self.tokenizer(c, add_special_tokens=False)["input_ids"])
-                 for r, c in zip(requests, continuations)]
-        for start in range(0, len(pairs), self.batch_size):
-            chunk = pairs[start : start + self.batch_size]
-            batch = self._batch([p + c for p, c in chunk], "right")
-            logprobs = torch.log_softmax(self.model(**batch).logits.float(), dim=-1)
-            for i, (p, c) in enumerate(chunk):
-                positions = torch.arange(len(p) - 1, len(p) + len(c) - 1, device=self.device)
-                targets = batch["input_ids"][i, len(p) : len(p) + len(c)]
-                out.append(float(logprobs[i, positions, targets].sum()))
+        if len(requests) != len(continuations):
+            raise GenerationError(f"hf backend: {len(requests)} requests but {len(continuations)} continuations")
+        items: list[tuple[list[int], int]] = []  # (prompt + continuation ids, where the scored tokens start)
+        for r, c in zip(requests, continuations):
+            text = self.render(r)
+            prompt, full = self._encode(text, r), self._encode(text + c, r)
+            k = 0
+            while k < min(len(prompt), len(full)) and prompt[k] == full[k]:
+                k += 1
+            problem = self._check_length(full)
+            if problem:
+                raise GenerationError(f"hf backend ({self.model_id}): cannot score: {problem}")
+            items.append((full, max(k, 1)))
+        out = [0.0] * len(items)
+        order = sorted(range(len(items)), key=lambda i: len(items[i][0]))
+        for chunk in chunks(order, self.batch_size):
+            rows = [items[i][0] for i in chunk]
+            n_scored = [len(items[i][0]) - items[i][1] for i in chunk]
+            if max(n_scored) == 0:
+                continue
+            # left padding aligns every row's end: the last m+1 positions predict the m scored tokens
+            logprobs = torch.log_softmax(self._last_logits(rows, max(n_scored) + 1), dim=-1)
+            for j, i in enumerate(chunk):
+                m = n_scored[j]
+                if m == 0:
+                    continue
+                targets = torch.tensor(rows[j][-m:], device=logprobs.device)
+                picked = logprobs[j, -m - 1 : -1, :].gather(-1, targets[:, None])
+                out[i] = float(picked.sum())
         return out
 
     @torch.no_grad()
     def next_token_logprobs(self, requests: Sequence[Request], tokens: Sequence[str]) -> list[dict[str, float]]:
-        ids = {t: self._token_id(t) for t in tokens}
-        out: list[dict[str, float]] = []
-        for start in range(0, len(requests), self.batch_size):
-            chunk = list(requests[start : start + self.batch_size])
-            batch = self._batch([self._ids(r) for r in chunk], "left")
-            last = torch.log_softmax(self.model(**batch).logits[:, -1, :].float(), dim=-1)
-            out.extend({t: float(last[i, tid]) for t, tid in ids.items()} for i in range(len(chunk)))
+        ids = {t: self.token_id(t) for t in tokens}
+        encoded = [self._encode(self.render(r), r) for r in requests]
+        for e in encoded:
+            problem = self._check_length(e)
+            if problem:
+                raise GenerationError(f"hf backend ({self.model_id}): {problem}")
+        out: list[dict[str, float]] = [{} for _ in requests]
+        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+        for chunk in chunks(order, self.batch_size):
+            logprobs = torch.log_softmax(self._last_logits([encoded[i] for i in chunk], 1)[:, -1, :], dim=-1)
+            for j, i in enumerate(chunk):
+                out[i] = {t: float(logprobs[j, tid]) for t, tid in ids.items()}
         return out

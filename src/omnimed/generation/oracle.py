@@ -1,74 +1,190 @@
 """The ``oracle`` backend: the synthetic world's exact teacher behind the generation interface.
 
-It answers from ``Request.meta`` (never from the prompt text), so every pipeline and labelling stage runs
-unchanged against it in the miniature setting. Each task names the ids it needs::
+It answers from ``Request.meta`` (never from the prompt text), so every labelling stage and pipeline runs unchanged
+against it in the miniature setting. A task names the ids it needs::
 
-    answer_mcq   {question_id}                        -> "<answer>B</answer>"
-    answer_open  {question_id}                        -> "<answer>reference answer</answer>"
-    retrieval    {question_id}                        -> "[Retrieval]" | "[No Retrieval]"
-    relevance    {question_id, passage_id}            -> "[Relevant]" | "[Irrelevant]"
-    support      {question_id, passage_id, answer?}   -> "[Fully supported]" | ...
-    utility      {question_id, answer}                -> "[Utility:1]" ... "[Utility:5]"
+    answer_mcq        {question_id}                       -> "<answer>B</answer>"
+    answer_open       {question_id}                       -> "<answer>reference answer</answer>"
+    retrieval         {question_id} or {text}             -> "[Retrieval]" | "[No Retrieval]"
+    relevance         {question_id, passage_id}           -> "[Relevant]" | "[Irrelevant]"
+    support           {question_id, passage_id, answer?}  -> "[Fully supported]" | "[Partially supported]" | ...
+    utility           {question_id, answer}               -> "[Utility:1]" ... "[Utility:5]" (of the answer)
+    passage_utility   {question_id, passage_id}           -> "[Utility:1]" ... "[Utility:5]" (of the passage)
+
+(``question_id`` may name an instruction too.) More tasks plug in with :func:`register_task`.
+
+It behaves as a deterministic model that always writes its reply: ``score`` is 0 for a continuation the reply
+starts with and :data:`UNLIKELY` otherwise; ``next_token_logprobs`` is 0 for the candidate the reply continues
+with (after ``meta["assistant_prefix"]``) and :data:`UNLIKELY` for every other one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from omnimed.generation.render import assistant_prefix
 from omnimed.generation.types import Generation, GenerationError, Request, SamplingParams
 
-#: the log-probability the oracle gives to every token it would not emit
-UNLIKELY = -30.0
+#: the log-probability the oracle gives to anything it would not write (finite, so sums and JSON stay sane)
+UNLIKELY = -1.0e4
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What the oracle writes, and ``key``: the deciding token (the option letter, the reflective token), which
+    ``next_token_logprobs`` also accepts when a pipeline asks for it without the reply's opening."""
+
+    text: str
+    key: str
+
+
+Handler = Callable[["OracleBackend", dict[str, Any]], Reply]
+TASKS: dict[str, tuple[tuple[str, ...], Handler]] = {}
+
+
+def register_task(name: str, needs: tuple[str, ...] = ()) -> Callable[[Handler], Handler]:
+    """Register ``handler(backend, meta) -> Reply`` for ``meta["task"] == name``; ``needs``: required meta keys."""
+
+    def deco(handler: Handler) -> Handler:
+        TASKS[name] = (needs, handler)
+        return handler
+
+    return deco
+
+
+def _token(text: str) -> Reply:
+    return Reply(text, text)
+
+
+@register_task("answer_mcq", ("question_id",))
+def _answer_mcq(b: OracleBackend, m: dict[str, Any]) -> Reply:
+    letter = b.mcq_letter(m["question_id"])
+    return Reply(f"<answer>{letter}</answer>", letter)
+
+
+@register_task("answer_open", ("question_id",))
+def _answer_open(b: OracleBackend, m: dict[str, Any]) -> Reply:
+    answer = b.oracle.answer(b.question(m["question_id"]))
+    return Reply(f"<answer>{answer}</answer>", answer)
+
+
+@register_task("retrieval")
+def _retrieval(b: OracleBackend, m: dict[str, Any]) -> Reply:
+    if "text" in m:  # any text: needs retrieval iff it names a concept of the world
+        return _token(b.oracle.retrieval_token(str(m["text"])))
+    if "question_id" not in m:
+        raise GenerationError(f"oracle ({b.model_id}): task 'retrieval' needs meta question_id (or text)")
+    return _token(b.oracle.retrieval_token(b.question(m["question_id"])))
+
+
+@register_task("relevance", ("question_id", "passage_id"))
+def _relevance(b: OracleBackend, m: dict[str, Any]) -> Reply:
+    return _token(b.oracle.relevance_token(b.question(m["question_id"]), m["passage_id"]))
+
+
+@register_task("support", ("question_id", "passage_id"))
+def _support(b: OracleBackend, m: dict[str, Any]) -> Reply:
+    return _token(b.oracle.support_token(b.question(m["question_id"]), m.get("answer"), m["passage_id"]))
+
+
+@register_task("utility", ("question_id", "answer"))
+def _utility(b: OracleBackend, m: dict[str, Any]) -> Reply:
+    return _token(b.oracle.utility_token(b.question(m["question_id"]), m["answer"]))
+
+
+@register_task("passage_utility", ("question_id", "passage_id"))
+def _passage_utility(b: OracleBackend, m: dict[str, Any]) -> Reply:
+    return _token(b.oracle.passage_utility_token(b.question(m["question_id"]), m["passage_id"]))
 
 
 class OracleBackend:
+    """``world_or_oracle``: a ``World`` (its oracle and its records), or a bare ``Oracle`` plus the ``questions``
+    records (needed by ``answer_mcq`` to know option letters; other tasks work with ids alone)."""
+
     name = "oracle"
 
-    def __init__(self, world) -> None:
-        """``world``: an ``omnimed.data.world.World`` (its oracle and its questions by id)."""
-        self.oracle = world.oracle
-        self.model_id = f"world-{world.seed}-{world.size}"
-        self.questions = {q.id: q for q in [*world.questions, *world.open_questions, *world.instructions]}
-        self.tasks: dict[str, Callable[[dict[str, Any]], str]] = {
-            "answer_mcq": self._answer_mcq,
-            "answer_open": lambda m: f"<answer>{self.oracle.answer(self._question(m))}</answer>",
-            "retrieval": lambda m: self.oracle.retrieval_token(self._question(m)),
-            "relevance": lambda m: self.oracle.relevance_token(self._question(m), m["passage_id"]),
-            "support": lambda m: self.oracle.support_token(self._question(m), m.get("answer"), m["passage_id"]),
-            "utility": lambda m: self.oracle.utility_token(self._question(m), m["answer"]),
-        }
+    def __init__(self, world_or_oracle: Any, *, questions: Iterable[Any] = (), model_id: str | None = None) -> None:
+        records = list(questions)
+        if hasattr(world_or_oracle, "oracle"):  # a World
+            world = world_or_oracle
+            self.oracle = world.oracle
+            records = [*world.questions, *world.open_questions, *world.instructions, *records]
+            self.model_id = model_id or f"world-{world.seed}-{world.size}"
+        else:
+            self.oracle = world_or_oracle
+            self.model_id = model_id or "oracle"
+        self.records = {r.id: r for r in records}
 
     def __repr__(self) -> str:
         return f"OracleBackend({self.model_id})"
 
-    def _question(self, meta: dict[str, Any]):
-        qid = meta.get("question_id")
-        if qid not in self.questions:
-            raise GenerationError(f"oracle: question_id {qid!r} is not a question of {self.model_id}")
-        return self.questions[qid]
+    # ------------------------------------------------------------------------------------------- lookups
+    def question(self, qid: str) -> Any:
+        """The record of ``qid``; without records (a bare ``Oracle``) the id itself, which the oracle resolves."""
+        if qid in self.records:
+            return self.records[qid]
+        if self.records:
+            raise GenerationError(f"oracle ({self.model_id}): {qid!r} is not a question of this world")
+        return qid
 
-    def _answer_mcq(self, meta: dict[str, Any]) -> str:
-        q = self._question(meta)
-        return f"The evidence points to option {q.answer[0]}.\n<answer>{q.answer[0]}</answer>"
+    def mcq_letter(self, qid: str) -> str:
+        record = self.records.get(qid)
+        if record is None or not getattr(record, "options", None):
+            raise GenerationError(f"oracle ({self.model_id}): {qid!r} is not a known multiple-choice question")
+        return record.answer[0]
 
-    def reply(self, request: Request) -> str:
-        task = request.meta.get("task")
-        if task not in self.tasks:
-            raise GenerationError(f"oracle: cannot answer task {task!r} (meta={request.meta}); it answers "
-                                  f"{', '.join(sorted(self.tasks))}")
-        return self.tasks[task](request.meta)
+    def reply(self, request: Request) -> Reply:
+        """The oracle's full reply to ``request`` (before any assistant prefix is taken off)."""
+        meta = request.meta
+        task = meta.get("task")
+        if task not in TASKS:
+            raise GenerationError(f"oracle ({self.model_id}): cannot answer task {task!r}; known tasks: "
+                                  f"{', '.join(sorted(TASKS))} (set Request.meta['task'])")
+        needs, handler = TASKS[task]
+        missing = [k for k in needs if k not in meta]
+        if missing:
+            raise GenerationError(f"oracle ({self.model_id}): task {task!r} needs meta {', '.join(missing)}")
+        try:
+            return handler(self, meta)
+        except KeyError as exc:  # the oracle's own lookups: an id that is not of this world
+            raise GenerationError(f"oracle ({self.model_id}): task {task!r}: {exc.args[0]}") from None
 
+    def _rest(self, request: Request) -> tuple[str, Reply]:
+        """(what the oracle writes after the request's assistant prefix, its reply)."""
+        reply = self.reply(request)
+        prefix = assistant_prefix(request)
+        text = reply.text[len(prefix):] if prefix and reply.text.startswith(prefix) else reply.text
+        return text, reply
+
+    # ------------------------------------------------------------------------------------------- contract
     def generate(self, requests: Sequence[Request], params: SamplingParams) -> list[list[Generation]]:
-        return [[Generation(text=self.reply(r), tokens=1)] * params.n for r in requests]
+        out = []
+        for r in requests:
+            text, _ = self._rest(r)
+            cuts = [text.index(s) for s in params.stop if s and s in text]
+            if cuts:
+                text = text[: min(cuts)]
+            out.append([Generation(text=text, tokens=len(text.split()) or 1) for _ in range(params.n)])
+        return out
 
     def score(self, requests: Sequence[Request], continuations: Sequence[str]) -> list[float]:
-        return [0.0 if self.reply(r).strip() == c.strip() else UNLIKELY for r, c in zip(requests, continuations)]
+        out = []
+        for r, c in zip(requests, continuations):
+            text, _ = self._rest(r)
+            cont = c.lstrip()
+            out.append(0.0 if cont and text.lstrip().startswith(cont) else UNLIKELY)
+        return out
 
     def next_token_logprobs(self, requests: Sequence[Request], tokens: Sequence[str]) -> list[dict[str, float]]:
         out = []
         for r in requests:
-            # for a multiple-choice question the token that matters is the answer letter
-            target = self._question(r.meta).answer[0] if r.meta.get("task") == "answer_mcq" else self.reply(r)
-            out.append({t: 0.0 if t.strip() == target else UNLIKELY for t in tokens})
+            text, reply = self._rest(r)
+            text = text.lstrip()
+            matches = [t for t in tokens if t.strip() and text.startswith(t.strip())]
+            target = max(matches, key=lambda t: len(t.strip())) if matches else None
+            if target is None:
+                target = next((t for t in tokens if t.strip() == reply.key), None)
+            out.append({t: 0.0 if t == target else UNLIKELY for t in tokens})
         return out

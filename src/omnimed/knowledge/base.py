@@ -15,7 +15,7 @@ from typing import Any
 from omnimed.data.records import Passage, Plan
 from omnimed.knowledge.config import RETRIEVERS, KnowledgeConfig
 from omnimed.knowledge.fusion import reciprocal_rank_fusion
-from omnimed.knowledge.types import Hit, KnowledgeError, Ranking
+from omnimed.knowledge.types import Hit, KnowledgeError, Ranking, index_text
 
 METHODS: tuple[str, ...] = (*RETRIEVERS, "graph")
 
@@ -123,7 +123,7 @@ class KnowledgeBase:
         for query, ranking in zip(queries, rankings):
             label = method
             if rerank and ranking:
-                texts = [index.passages[row].text for row, _ in ranking]
+                texts = [index_text(index.passages[row]) for row, _ in ranking]  # what BM25 / dense saw
                 ranking = [(ranking[i][0], score) for i, score in self.reranker.rerank(query, texts, k)]
                 label = f"{method}+rerank"
             out.append(

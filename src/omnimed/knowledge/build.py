@@ -30,15 +30,10 @@ from omnimed.data.records import Passage
 from omnimed.knowledge.base import KnowledgeBase, SourceIndex
 from omnimed.knowledge.config import TEXT_SOURCES, KnowledgeConfig
 from omnimed.knowledge.corpus import SourceCorpus, check_sources, load_source
-from omnimed.knowledge.types import KnowledgeError
+from omnimed.knowledge.types import KnowledgeError, index_text
 
 console = Console(stderr=True)
 INDEX_KINDS = ("bm25", "dense")
-
-
-def index_text(passage: Passage) -> str:
-    """What BM25 and the encoder see of a passage: its title, then its text."""
-    return f"{passage.title}\n{passage.text}" if passage.title else passage.text
 
 
 def _key(*parts: Any) -> str:
@@ -173,14 +168,15 @@ def _text_source(cfg, corpus: SourceCorpus, base_dir: Path, encoder, cache, prog
 
         params = dataclasses.asdict(cfg.sparse)
         bm25_dir = src_dir / f"bm25-{_key(params)}"
-        if (manifest.get("bm25") or {}).get("dir") == bm25_dir.name and bm25_dir.is_dir():
+        if _complete(manifest, bm25_dir):
             index.bm25 = BM25Index.load(bm25_dir, mmap=True)
+            _use(manifest_path, manifest, "bm25", bm25_dir)
         else:
             t0 = time.perf_counter()
             index.bm25 = BM25Index.build(texts, **params)
             index.bm25.save(bm25_dir)
-            _write_manifest(manifest_path, manifest, bm25={"dir": bm25_dir.name, "params": params,
-                                                           "seconds": round(time.perf_counter() - t0, 2)})
+            _finish(manifest_path, manifest, "bm25", {"dir": bm25_dir.name, "params": params,
+                                                       "seconds": round(time.perf_counter() - t0, 2)})
             built.append("bm25")
 
     if "dense" in cfg.indexes:
@@ -199,8 +195,8 @@ def _dense(cfg, src_dir: Path, manifest: dict, manifest_path: Path, texts, encod
                 if k not in ("batch_size", "embed_shard_size", "qdrant_url")}
     dense_dir = src_dir / f"dense-{_key(encoder.fingerprint_id, settings)}"
     kind = d.index
-    done = (manifest.get("dense") or {}).get("dir") == dense_dir.name and dense_dir.is_dir()
-    if done:
+    if _complete(manifest, dense_dir):
+        _use(manifest_path, manifest, "dense", dense_dir)
         if kind == "qdrant":
             return QdrantIndex.load(dense_dir, encoder.fingerprint, url=d.qdrant_url), []
         return FaissIndex.load(dense_dir, encoder.fingerprint, ef_search=d.ef_search, nprobe=d.nprobe), []
@@ -217,12 +213,28 @@ def _dense(cfg, src_dir: Path, manifest: dict, manifest_path: Path, texts, encod
             encoder=encoder.fingerprint,
         )
         index.save(dense_dir)
-    _write_manifest(manifest_path, manifest, dense={
+    _finish(manifest_path, manifest, "dense", {
         "dir": dense_dir.name, "encoder": encoder.fingerprint, "index": getattr(index, "kind", kind),
         "settings": settings, "embed_seconds": round(embed_s, 2),
         "seconds": round(time.perf_counter() - t0, 2),
     })
     return index, ["dense"]
+
+
+def _complete(manifest: dict, directory: Path) -> bool:
+    """Whether ``directory`` holds a finished index of this source (any setting built before, not only the last)."""
+    return directory.name in manifest.get("complete", {}) and directory.is_dir()
+
+
+def _use(path: Path, manifest: dict, kind: str, directory: Path) -> None:
+    """Make an already finished index the one the manifest names as current for ``kind``."""
+    if (manifest.get(kind) or {}).get("dir") != directory.name:
+        _write_manifest(path, manifest, **{kind: manifest["complete"][directory.name]})
+
+
+def _finish(path: Path, manifest: dict, kind: str, info: dict) -> None:
+    """Record a finished index: current for ``kind`` and remembered among the source's complete indexes."""
+    _write_manifest(path, manifest, **{kind: info, "complete": {**manifest.get("complete", {}), info["dir"]: info}})
 
 
 def _write_manifest(path: Path, manifest: dict, **updates: Any) -> None:

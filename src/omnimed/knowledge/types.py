@@ -11,6 +11,11 @@ from omnimed.data.records import Passage
 Ranking = list[tuple[int, float]]
 
 
+def index_text(passage: Passage) -> str:
+    """What BM25, the encoder and the reranker see of a passage: its title, then its text."""
+    return f"{passage.title}\n{passage.text}" if passage.title else passage.text
+
+
 class KnowledgeError(ValueError):
     """Bad knowledge-base input or state; the message names the file, source, key or model involved."""
 

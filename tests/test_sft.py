@@ -322,6 +322,35 @@ def test_tokenization_cache_hit_on_second_setup(tokenizer, tmp_path, monkeypatch
     )
 
 
+def test_examples_too_long_for_max_length_are_counted_and_reported(tokenizer, tmp_path, caplog):
+    """An example whose prompt fills task.max_length keeps no supervised token and is dropped: the data module
+    counts it (the engine puts the count into metrics.json) and warns with the count and max_length, on a cache
+    hit as well as when it tokenizes."""
+    long_prompt = " ".join(SENTENCES * 4)  # well over 64 tokens; the short ones fit with their answer
+    examples = [
+        InstructionExample(id=str(i), instruction=long_prompt if i in (1, 4, 7) else QUESTIONS[i % len(QUESTIONS)],
+                           output=SENTENCES[i % len(SENTENCES)])
+        for i in range(10)
+    ]
+    task = TaskConfig(max_length=64, mask_spans=PARAGRAPH)
+    for attempt in ("tokenizes", "cache hit"):
+        caplog.clear()
+        dm = SFTDataModule(examples, tokenizer, data_cfg(val_fraction=0.2), task, cache_dir=tmp_path)
+        with caplog.at_level("WARNING", logger=data_mod.__name__):
+            dm.setup("fit")
+        assert dm.cache_hit is (attempt == "cache hit")
+        assert (dm.dropped_too_long, dm.num_examples) == (3, 10)
+        assert len(dm.train_dataset) + len(dm.val_dataset) == 7
+        warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert any("dropped 3 of 10 examples" in w and "task.max_length=64" in w for w in warnings), warnings
+    # nothing dropped: the count is 0 and nothing is said
+    caplog.clear()
+    roomy = SFTDataModule(examples, tokenizer, data_cfg(), replace(task, max_length=1024))
+    with caplog.at_level("WARNING", logger=data_mod.__name__):
+        roomy.setup("fit")
+    assert roomy.dropped_too_long == 0 and not [r for r in caplog.records if "dropped" in r.getMessage()]
+
+
 # ----------------------------------------------------------------------------------------------- training
 class Recorder(L.Callback):
     def __init__(self) -> None:

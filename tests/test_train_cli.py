@@ -1,6 +1,7 @@
-"""`omnimed-train` end to end on the tiny model: config errors at compose time, a run that writes everything a
-researcher relies on (checkpoint, HF export, metrics.json, W&B offline run with the logged losses), resuming after
-SIGKILL to the same weights, the alternative loggers and the debug presets."""
+"""`omnimed-train` end to end on the tiny model: config errors at compose time (and task names of the wrong app
+before it), a run that writes everything a researcher relies on (checkpoint, HF export, metrics.json, W&B offline
+run with the logged losses, group, job type and tags), config and versions of a run that crashes, resuming after
+SIGKILL to the same weights, the alternative loggers, the debug presets and a local joblib sweep."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf.errors import ConfigKeyError, ValidationError
 from safetensors.torch import load_file
 
-from omnimed.cli.common import conf_dir
+from omnimed.cli.common import check_task_choice, conf_dir, task_catalog
 from omnimed.cli.schema import register_train_configs
 
 BIN = Path(sys.executable).parent
@@ -68,6 +69,82 @@ def test_unknown_group_option_lists_the_choices():
     assert "deepspeed_zero3" in str(info.value)
 
 
+# ------------------------------------------------------------------------------------------- task names
+def _tasks_by_schema() -> tuple[set[str], set[str]]:
+    """(training, evaluation) task names of conf/task/, read straight from the YAML files' defaults."""
+    import yaml
+
+    train_tasks, eval_tasks = set(), set()
+    for path in Path(conf_dir(), "task").glob("*.yaml"):
+        first = next((d for d in yaml.safe_load(path.read_text()).get("defaults") or [] if d != "_self_"), None)
+        if first == "task_schema":
+            train_tasks.add(path.stem)
+        elif isinstance(first, str) and first.endswith("_task_schema"):
+            eval_tasks.add(path.stem)
+    return train_tasks, eval_tasks
+
+
+def _listed(stderr: str, app: str) -> set[str]:
+    line = next(line for line in stderr.splitlines() if line.startswith(f"{app} tasks: "))
+    return set(line.removeprefix(f"{app} tasks: ").split(", "))
+
+
+def test_task_of_the_other_app_or_of_none_is_refused_before_composing(tmp_path):
+    """qa/retrieval live in conf/task/ beside the training tasks: omnimed-train task=qa says it is an
+    omnimed-evaluate task (not Hydra's "Could not load 'task/qa_task_schema'"), unknown names list only the app's
+    own tasks (no evaluation tasks, no *_schema entries), each value of a sweep is checked; exit code 2."""
+    train_tasks, eval_tasks = _tasks_by_schema()
+    assert {"sft"} <= train_tasks and {"qa", "retrieval"} <= eval_tasks
+
+    res = train(tmp_path, "task=qa", check=False)
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert "qa_task_schema" not in res.stderr and "omnimed-evaluate task=qa" in res.stderr
+    assert _listed(res.stderr, "omnimed-train") == train_tasks
+
+    res = subprocess.run([str(BIN / "omnimed-train"), "-m", "task=sft,nope", f"paths.root={tmp_path}"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "task=nope: no such task" in res.stderr and "task=sft" not in res.stderr
+    assert _listed(res.stderr, "omnimed-train") == train_tasks
+    assert not list(tmp_path.rglob("metrics.json"))  # nothing ran, not even the valid sft job
+
+    res = subprocess.run([str(BIN / "omnimed-evaluate"), "++task=sft"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 2 and "omnimed-train task=sft" in res.stderr
+    assert _listed(res.stderr, "omnimed-evaluate") == eval_tasks
+
+
+def test_task_check_reads_the_task_files_not_a_fixed_list(tmp_path, monkeypatch, capsys):
+    """A task file added to conf/task/ is classified by its schema (inheriting another task's kind too)."""
+    import shutil
+
+    conf = tmp_path / "conf"
+    shutil.copytree(conf_dir(), conf)
+    (conf / "task" / "distill.yaml").write_text("defaults: [task_schema, _self_]\nname: distill\n")
+    (conf / "task" / "sft_long.yaml").write_text("defaults: [sft, _self_]\nname: sft_long\nmax_length: 512\n")
+    (conf / "task" / "judge.yaml").write_text("defaults:\n  - judge_task_schema\n  - _self_\nname: judge\n")
+    monkeypatch.setenv("OMNIMED_CONF", str(conf))
+    catalog = task_catalog()
+    assert catalog["distill"] == catalog["sft_long"] == catalog["sft"] == "train"
+    assert catalog["judge"] == catalog["qa"] == "evaluate"
+    check_task_choice("train", ["task=sft_long,distill", "model=tiny-llama"])  # fine: returns
+    check_task_choice("evaluate", ["+task=judge"])
+    check_task_choice("train", ["task.max_length=3"])  # not a task choice
+    with pytest.raises(SystemExit) as info:
+        check_task_choice("train", ["task=choice(sft,judge)"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "task=judge is an omnimed-evaluate task" in err
+    assert _listed(err, "omnimed-train") >= {"sft", "sft_long", "distill"} and "judge" not in _listed(err, "omnimed-train")
+
+
+def test_objective_that_is_not_built_fails_naming_it(tmp_path):
+    """task.objective=dpo must not silently train SFT."""
+    res = train(tmp_path, *TINY, "task.objective=dpo", "logger=none", "run_name=dpo", check=False)
+    assert res.returncode != 0
+    assert "task.objective='dpo'" in res.stderr and "built objectives: sft" in res.stderr
+    assert not (tmp_path / "checkpoints" / "sft" / "dpo").exists()  # refused before any work
+
+
 # ------------------------------------------------------------------------------------------- a full run
 def test_tiny_run_writes_checkpoint_export_metrics_and_wandb(tmp_path):
     res = train(tmp_path, *TINY, "trainer.max_steps=8", "run_name=full", "experiment=unit")
@@ -79,6 +156,10 @@ def test_tiny_run_writes_checkpoint_export_metrics_and_wandb(tmp_path):
     metrics = json.loads((tmp_path / "hydra_run" / "metrics.json").read_text())
     assert metrics["train/steps"] > 0 and "val/loss" in metrics
     assert "omnimed-train: done" in res.stderr + res.stdout
+    # tiny-llama's small vocabulary makes many world_tiny prompts longer than max_length: counted and reported
+    dropped, examples = int(metrics["data/dropped_too_long"]), int(metrics["data/examples"])
+    assert 0 < dropped < examples
+    assert f"dropped {dropped} of {examples} examples" in res.stdout + res.stderr and "max_length=192" in res.stdout
 
     # the HF export loads with from_pretrained (LoRA adapter on the cached base) and generates
     from peft import AutoPeftModelForCausalLM
@@ -97,8 +178,15 @@ def test_tiny_run_writes_checkpoint_export_metrics_and_wandb(tmp_path):
     assert summary["config"]["config"]["model"]["name"] == "tiny-llama"
     assert summary["config"]["data_lineage"]["fingerprint"]
     assert "commit" in summary["config"]["git"] and "torch" in summary["config"]["versions"]
+    assert summary["config"]["config"]["model"]["special_tokens"] == []  # configuration, not a redacted secret
+    assert summary["summary"]["data/dropped_too_long"] == dropped
+    tags = ["sft", "tiny-llama", "world_tiny", "unit"]  # task, model, data, experiment
+    assert summary["tags"] == tags
     history = subprocess.run([str(BIN / "wandb"), "leet", "inspect", "--json", str(runs[0])],
                              capture_output=True, text=True, check=True).stdout
+    run_record = next(json.loads(line)["run"] for line in history.splitlines() if '"type":"run"' in line)
+    assert run_record["run_group"] == "unit"  # experiment=unit
+    assert run_record["job_type"] == "train-sft" and run_record["tags"] == tags and run_record["display_name"] == "full"
     losses = [json.loads(line)["history"]["item"]["train/loss"] for line in history.splitlines()
               if '"train/loss"' in line and '"history"' in line]
     assert len(losses) == int(metrics["train/steps"])
@@ -130,6 +218,9 @@ def test_sigkill_then_resume_ends_with_the_same_weights(tmp_path):
     step_at_kill = torch.load(ckpts / "last.ckpt", map_location="cpu", weights_only=False)["global_step"]
     assert 0 < step_at_kill < 120
     assert not (tmp_path / "checkpoints" / "sft" / "crashed" / "hf").exists()
+    # written before fit: the killed run still says what it was
+    assert "seed: 7" in (tmp_path / "checkpoints" / "sft" / "crashed" / "config.yaml").read_text()
+    assert (tmp_path / "checkpoints" / "sft" / "crashed" / "versions.json").exists()
 
     train(tmp_path, *common, "run_name=crashed", "ckpt_path=last")
     resumed = torch.load(ckpts / "last.ckpt", map_location="cpu", weights_only=False)
@@ -138,6 +229,17 @@ def test_sigkill_then_resume_ends_with_the_same_weights(tmp_path):
     assert a.keys() == b.keys()
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-6, msg=k)
+
+
+def test_a_run_that_crashes_in_fit_still_has_its_config_and_versions(tmp_path):
+    """config.yaml and versions.json are written before fit starts (and again at the end); here fit raises in
+    configure_optimizers (an unknown scheduler), after the model is built."""
+    res = train(tmp_path, *TINY, "task.scheduler=bogus", "logger=none", "run_name=crash", check=False)
+    assert res.returncode != 0 and "task.scheduler" in res.stderr
+    run = tmp_path / "checkpoints" / "sft" / "crash"
+    assert "scheduler: bogus" in (run / "config.yaml").read_text()
+    assert json.loads((run / "versions.json").read_text())["packages"]["lightning"][0].isdigit()
+    assert not (run / "hf").exists()
 
 
 def test_resume_without_a_checkpoint_says_where_it_looked(tmp_path):
@@ -153,6 +255,47 @@ def test_csv_and_tensorboard_loggers(tmp_path):
     train(tmp_path, *TINY, "trainer.max_steps=3", "logger=tensorboard", "run_name=t",
           "hydra.run.dir=" + str(tmp_path / "t"))
     assert list((tmp_path / "t" / "tensorboard").rglob("events.out.tfevents.*"))
+
+
+def test_overfit_preset_fits_one_batch(tmp_path):
+    """debug=overfit: every step sees the same batch (same token count) and its loss falls steadily."""
+    train(tmp_path, *TINY, "debug=overfit", "trainer.max_steps=12", "trainer.limit_val_batches=0",
+          "model.lora.enabled=false", "task.lr=1e-2", "task.warmup_ratio=0", "task.scheduler=constant", "logger=csv",
+          "run_name=ov", f"hydra.run.dir={tmp_path}/ov")
+    import csv
+
+    rows = list(csv.DictReader((tmp_path / "ov" / "csv" / "ov" / "metrics.csv").open()))
+    steps = [r for r in rows if r.get("train/loss")]
+    losses = [float(r["train/loss"]) for r in steps]
+    assert len(losses) == 12
+    assert len({r["train/tokens"] for r in steps}) == 1  # one batch, over and over
+    assert losses[-1] < 0.7 * losses[0], losses  # about 6.8 -> 3.7 here
+    assert sum(b < a for a, b in zip(losses, losses[1:])) >= 8, losses
+
+
+def test_profiler_preset_writes_its_report(tmp_path):
+    res = train(tmp_path, *TINY, "debug=profiler", "trainer.max_steps=2", "logger=none", "run_name=prof")
+    report = tmp_path / "hydra_run" / "fit-profiler.txt"
+    text = report.read_text()
+    assert "run_training_batch" in text and "training_step" in text
+    assert "profiler report" in res.stdout + res.stderr
+
+
+def test_joblib_sweep_runs_both_jobs(tmp_path):
+    """-m with the joblib launcher: two jobs in parallel, each with its metrics.json and its own checkpoint folder
+    (their default run names differ by job number even when they start in the same second)."""
+    res = subprocess.run(
+        [str(BIN / "omnimed-train"), "-m", f"paths.root={tmp_path}", f"hydra.sweep.dir={tmp_path}/sweep",
+         "model=tiny-llama", "data=world_tiny", "trainer.max_steps=2", "trainer.max_epochs=-1", "logger=csv",
+         "task.lr=1e-3,3e-3", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "WANDB_MODE": "offline"},
+    )
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    metrics = sorted((tmp_path / "sweep").rglob("metrics.json"))  # <num>_<overrides>/ (paths.root adds levels)
+    assert [m.relative_to(tmp_path / "sweep").parts[0][:2] for m in metrics] == ["0_", "1_"]
+    assert all(json.loads(m.read_text())["train/steps"] == 2 for m in metrics)
+    runs = sorted((tmp_path / "checkpoints" / "sft").iterdir())
+    assert [r.name[-3:] for r in runs] == ["_j0", "_j1"] and all((r / "hf").is_dir() for r in runs)
 
 
 def test_fast_dev_run_preset_touches_no_checkpoint(tmp_path):

@@ -20,7 +20,12 @@ PACKAGES = (
     "omnimed", "torch", "lightning", "transformers", "peft", "trl", "datasets", "accelerate", "deepspeed",
     "hydra-core", "wandb", "sentence-transformers", "tokenizers", "safetensors",
 )  # fmt: skip
-_SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|credential)", re.IGNORECASE)
+# a key that holds a secret: api_key, hf_token, access_token, password, ... but not special_tokens, pad_token or
+# max_new_tokens, which are configuration the run must record
+_SECRET_KEY = re.compile(
+    r"(api[_-]?key|secret|password|passwd|credential|^token$|(auth|access|api|hf|bearer|refresh|session|wandb)[_-]?token)",
+    re.IGNORECASE,
+)
 LOGGERS = ("wandb", "csv", "tensorboard", "none")
 
 

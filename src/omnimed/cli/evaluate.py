@@ -11,7 +11,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from rich.table import Table
 
-from omnimed.cli.common import conf_dir, console
+from omnimed.cli.common import checks_task, conf_dir, console
 from omnimed.cli.schema import register_evaluate_configs
 
 register_evaluate_configs()
@@ -32,6 +32,7 @@ def print_retrieval(result, title: str) -> None:
                   + (f"; logger files in {result.logger_dir}" if result.logger_dir else ""))
 
 
+@checks_task("evaluate")  # task=NAME of the other app, or of none: a clear message before Hydra composes
 @hydra.main(config_path=conf_dir(), config_name="evaluate", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
     obj = OmegaConf.to_object(cfg)
@@ -59,7 +60,27 @@ def main(cfg: DictConfig) -> float | None:
                       + (f"; logger: {result.logger_dir}" if result.logger_dir else ""))
         console.print(table)
         return m["accuracy"]
-    raise SystemExit(f"task={obj.task.name}: no evaluation runner for it (available: retrieval, qa)")
+    if obj.task.name == "critic_accuracy":
+        from omnimed.evaluation.critic import TYPES, run_critic_evaluation
+
+        result = run_critic_evaluation(obj, output_dir)
+        m = result.metrics
+        table = Table(title=f"omnimed-evaluate: critic accuracy on {obj.task.dataset} ({obj.task.split})")
+        for col in ("type", "n", "accuracy", "95% CI", "majority", "outside set"):
+            table.add_column(col, justify="right" if col != "type" else "left")
+        for kind in (*TYPES, "all"):
+            key = "accuracy" if kind == "all" else f"{kind}/accuracy"
+            if key not in m:
+                continue
+            n = m["n"] if kind == "all" else m[f"{kind}/n"]
+            table.add_row(kind, f"{n:.0f}", f"{m[key]:.3f}", f"[{m[key + '_ci_low']:.3f}, {m[key + '_ci_high']:.3f}]",
+                          f"{m.get(f'{kind}/majority', float('nan')):.3f}",
+                          f"{m.get(f'{kind}/outside_rate', float('nan')):.3f}")
+        console.print(table)
+        console.print(f"metrics.json and predictions.jsonl in {result.output_dir}"
+                      + (f"; logger files in {result.logger_dir}" if result.logger_dir else ""))
+        return m["accuracy"]
+    raise SystemExit(f"task={obj.task.name}: no evaluation runner for it (available: retrieval, qa, critic_accuracy)")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 from rich.table import Table
 
-from omnimed.cli.common import conf_dir, console
+from omnimed.cli.common import checks_task, conf_dir, console
 from omnimed.cli.schema import register_train_configs
 
 register_train_configs()
@@ -28,16 +28,23 @@ def print_summary(result) -> None:
     if result.logger_dir:
         table.add_row("logger files", str(result.logger_dir))
     table.add_row("metrics.json", str(result.output_dir / "metrics.json"))
+    if getattr(result, "profiler_report", None) is not None:
+        table.add_row("profiler report", str(result.profiler_report))
     for key in sorted(result.metrics):
         table.add_row(key, f"{result.metrics[key]:.4g}")
     console.print(table)
 
 
+@checks_task("train")  # task=NAME of the other app, or of none: a clear message before Hydra composes
 @hydra.main(config_path=conf_dir(), config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
     from omnimed.training.engine import train
 
-    result = train(cfg, output_dir=HydraConfig.get().runtime.output_dir)
+    from hydra.types import RunMode
+
+    hc = HydraConfig.get()
+    job_num = hc.job.num if hc.mode == RunMode.MULTIRUN else None  # sweep jobs get distinct default run names
+    result = train(cfg, output_dir=hc.runtime.output_dir, job_num=job_num)
     import torch.distributed as dist
 
     if not dist.is_initialized() or dist.get_rank() == 0:

@@ -52,3 +52,16 @@ class IndexConfig:
     knowledge: KnowledgeConfig = field(default_factory=KnowledgeConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
     progress: bool = True
+
+
+@dataclass
+class BuildConfig:
+    """``omnimed-build``: ``stage`` (validated by its own schema) run with ``backend`` (the teacher or critic),
+    ``model`` (what ``backend=hf`` serves when ``backend.model`` is unset) and ``knowledge`` (the evidence)."""
+
+    stage: Any = MISSING
+    backend: Any = None
+    model: ModelConfig = field(default_factory=ModelConfig)
+    knowledge: KnowledgeConfig = field(default_factory=KnowledgeConfig)
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    progress: bool = True

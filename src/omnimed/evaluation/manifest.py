@@ -13,7 +13,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 #: pipelines whose runs exist; a row naming another method is reported as missing, never filled in
-RUNNABLE_METHODS: frozenset[str] = frozenset({"closed_book", "rag", "retrieval"})
+RUNNABLE_METHODS: frozenset[str] = frozenset({"closed_book", "rag", "retrieval", "selfbiorag"})
+#: evaluation tasks a table may name (``task:``); by default a row's method decides (retrieval rows: retrieval)
+TASKS: frozenset[str] = frozenset({"qa", "retrieval", "critic_accuracy"})
+#: the console scripts a prepare step may run
+PREPARE_COMMANDS: frozenset[str] = frozenset({"omnimed-build", "omnimed-train", "omnimed-index", "omnimed-data"})
 KNOWN_METHODS: frozenset[str] = RUNNABLE_METHODS | {
     "selfbiorag", "omnirag", "polyrag", "biomedsearch", "medsraf", "external",
 }
@@ -29,6 +33,8 @@ class Row(BaseModel):
     name: str
     method: str
     overrides: list[str] = Field(default_factory=list)
+    # preset -> overrides of this row at that preset only (e.g. which trained checkpoint stands in at miniature)
+    preset_overrides: dict[str, list[str]] = Field(default_factory=dict)
     published: dict[str, Optional[float]] = Field(default_factory=dict)
     note: str = ""
 
@@ -40,6 +46,24 @@ class Row(BaseModel):
         return "runnable" if self.method in RUNNABLE_METHODS else "missing"
 
 
+class PrepareStep(BaseModel):
+    """One command a table needs before its rows run (build data, train a model). ``creates``: the path (relative
+    to ``paths.root``) that exists once the step is done; a step whose path exists is skipped."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    command: list[str] = Field(min_length=1)
+    creates: str
+
+    @model_validator(mode="after")
+    def _known_command(self) -> PrepareStep:
+        if self.command[0] not in PREPARE_COMMANDS:
+            raise ValueError(f"prepare step {self.name!r}: command {self.command[0]!r} is not one of "
+                             f"{sorted(PREPARE_COMMANDS)}")
+        return self
+
+
 class TableManifest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -49,6 +73,8 @@ class TableManifest(BaseModel):
     source: str
     metric: str
     metrics: dict[str, str] = Field(default_factory=dict)  # column -> metric, where a column differs from `metric`
+    task: Optional[str] = None  # the omnimed-evaluate task of every row (default: retrieval rows retrieval, others qa)
+    prepare: dict[str, list[PrepareStep]] = Field(default_factory=dict)  # preset -> steps run before the rows
     scale: float = 100.0
     columns: list[str]
     datasets: dict[str, dict[str, str]]
@@ -65,6 +91,15 @@ class TableManifest(BaseModel):
             if extra:
                 raise ValueError(f"row {row.name!r}: published numbers for unknown columns {sorted(extra)}; "
                                  f"columns are {self.columns}")
+        if self.task is not None and self.task not in TASKS:
+            raise ValueError(f"task={self.task!r}; expected one of {sorted(TASKS)}")
+        for row in self.rows:
+            odd = set(row.preset_overrides) - set(self.presets)
+            if odd:
+                raise ValueError(f"row {row.name!r}: preset_overrides for unknown presets {sorted(odd)}")
+        stray = set(self.prepare) - set(self.presets)
+        if stray:
+            raise ValueError(f"prepare: presets {sorted(stray)} are not among presets {sorted(self.presets)}")
         unknown = set(self.metrics) - set(self.columns)
         if unknown:
             raise ValueError(f"metrics: unknown columns {sorted(unknown)}; columns are {self.columns}")
@@ -98,10 +133,32 @@ def load_manifest(path: str | Path) -> TableManifest:
     except yaml.YAMLError as exc:
         raise ManifestError(f"{path}: not valid YAML: {exc}") from exc
     try:
+        _expand_recipes(raw, path)
         return TableManifest.model_validate(raw)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'manifest'}: {e['msg']}" for e in exc.errors())
         raise ManifestError(f"{path}: {problems}") from exc
+
+
+def _expand_recipes(raw: dict, path: Path) -> None:
+    """A ``prepare`` entry that is a string names a YAML file (relative to the manifest) holding a list of steps,
+    so tables that share a training recipe name it once."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("prepare"), dict):
+        return
+    for preset, items in raw["prepare"].items():
+        steps = []
+        for item in items or []:
+            if isinstance(item, str):
+                recipe = path.parent / item
+                if not recipe.is_file():
+                    raise ManifestError(f"{path}: prepare.{preset}: recipe {item!r} not found ({recipe})")
+                loaded = yaml.safe_load(recipe.read_text())
+                if not isinstance(loaded, list):
+                    raise ManifestError(f"{recipe}: a recipe is a list of prepare steps")
+                steps.extend(loaded)
+            else:
+                steps.append(item)
+        raw["prepare"][preset] = steps
 
 
 def find_manifests(root: str | Path = "experiments") -> list[Path]:

@@ -64,8 +64,9 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
     if not all(isinstance(q, MultipleChoiceQuestion) for q in questions):
         raise ValueError(f"task.dataset={cfg.task.dataset}: open questions need a long-form metric (statement "
                          "ratios with a judge), which task=qa does not score yet; use a multiple-choice dataset")
+    selfbiorag = cfg.pipeline.name == "selfbiorag"
     kb = None
-    if cfg.pipeline.name == "rag":
+    if cfg.pipeline.name == "rag" or (selfbiorag and cfg.pipeline.retrieval != "never"):
         from omnimed.knowledge.build import build_knowledge_base
 
         kb = build_knowledge_base(cfg.knowledge, Path(cfg.paths.root), progress=True)
@@ -74,27 +75,39 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
         from omnimed.knowledge.corpus import world_of
 
         world = world_of(cfg.knowledge)
-    backend = build_backend(cfg.backend, model=cfg.model, world=world, cache_root=Path(cfg.paths.cache))
+    backend_cfg, model = cfg.backend, cfg.model
+    if selfbiorag:
+        backend_cfg, model = selfbiorag_model(cfg.pipeline.generator_model, backend_cfg, model)
+    backend = build_backend(backend_cfg, model=model, world=world, cache_root=Path(cfg.paths.cache))
 
     per_seed: list[float] = []
     rows: list[dict[str, Any]] = []
     problems: dict[str, int] = {}
     acc = None
     for seed in cfg.task.seeds:
-        params = SamplingParams(max_new_tokens=cfg.pipeline.max_new_tokens, temperature=cfg.pipeline.temperature,
-                                seed=seed)
-        result = run_pipeline(cfg.pipeline, Reader(backend, params=params, answer_mode=cfg.pipeline.answer_mode),
-                              questions, kb)
-        correct = [bool(o.correct) for o in result.outputs]
+        if selfbiorag:
+            from omnimed.methods.selfbiorag.inference import SelfBioRAG
+
+            answered = SelfBioRAG(cfg.pipeline, backend, kb).answer(questions)
+            found = [(o.prediction, o.correct, o.problem, o.passage_ids, o.raw,
+                      {"retrieved": o.retrieved, "p_retrieve": o.p_retrieve,
+                       "candidates": [vars(c) for c in o.candidates]}) for o in answered]
+        else:
+            params = SamplingParams(max_new_tokens=cfg.pipeline.max_new_tokens,
+                                    temperature=cfg.pipeline.temperature, seed=seed)
+            result = run_pipeline(cfg.pipeline, Reader(backend, params=params, answer_mode=cfg.pipeline.answer_mode),
+                                  questions, kb)
+            found = [(o.prediction, o.correct, o.problem, [p.id for p in ev], o.raw, {})
+                     for o, ev in zip(result.outputs, result.evidence)]
+        correct = [bool(f[1]) for f in found]
         acc = accuracy(correct, n_resamples=cfg.task.bootstrap_resamples, seed=seed)
         per_seed.append(acc.value)
-        for q, out, ev in zip(questions, result.outputs, result.evidence):
-            if out.problem:
-                problems[out.problem.split(":")[0]] = problems.get(out.problem.split(":")[0], 0) + 1
+        for q, (prediction, ok, problem, evidence, raw, extra) in zip(questions, found):
+            if problem:
+                problems[problem.split(":")[0]] = problems.get(problem.split(":")[0], 0) + 1
             rows.append({
-                "seed": seed, "question_id": q.id, "gold": q.answer, "prediction": out.prediction,
-                "correct": bool(out.correct), "problem": out.problem, "evidence": [p.id for p in ev],
-                "output": out.raw,
+                "seed": seed, "question_id": q.id, "gold": q.answer, "prediction": prediction,
+                "correct": bool(ok), "problem": problem, "evidence": evidence, "output": raw, **extra,
             })
     mean, std, _ = mean_std(per_seed)
     metrics = {
@@ -102,6 +115,11 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
         "accuracy_stderr": acc.stderr, "accuracy_ci_low": acc.ci_low, "accuracy_ci_high": acc.ci_high,
         "n": float(acc.n), "missing_answers": float(sum(1 for r in rows if r["prediction"] is None)),
     }
+    if selfbiorag:
+        metrics["retrieval_rate"] = sum(bool(r["retrieved"]) for r in rows) / max(1, len(rows))
+        p = [r["p_retrieve"] for r in rows if r["p_retrieve"] is not None]
+        if p:
+            metrics["p_retrieve_mean"] = sum(p) / len(p)
     with atomic_path(output_dir / "predictions.jsonl") as tmp:
         tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     atomic_write_json(output_dir / "metrics.json", metrics)
@@ -122,6 +140,20 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
         logger.finalize("success")
         logger_dir = wandb_run_dir(logger) or getattr(logger, "log_dir", None)
     return QAResult(metrics, output_dir, problems, logger_dir)
+
+
+def selfbiorag_model(path: str | None, backend_cfg, model):
+    """The backend config and model that serve a Self-BioRAG generator or critic: a trained checkpoint
+    (``path``) as the backend's model, or else the run's model with the reflective tokens added (untrained rows,
+    so its token probabilities can still be read)."""
+    import dataclasses
+
+    from omnimed.methods.selfbiorag.tokens import SPECIAL_TOKENS
+
+    if path:
+        return dataclasses.replace(backend_cfg, model=str(path)), model
+    tokens = list(dict.fromkeys([*model.special_tokens, *SPECIAL_TOKENS]))
+    return backend_cfg, dataclasses.replace(model, special_tokens=tokens)
 
 
 def _log_predictions(logger, rows: list[dict[str, Any]]) -> None:

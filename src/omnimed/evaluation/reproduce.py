@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from omnimed.evaluation.manifest import ManifestError, Row, TableManifest
+from omnimed.evaluation.manifest import ManifestError, PrepareStep, Row, TableManifest
 from omnimed.evaluation.report import Cell, write_report
 
 
@@ -37,7 +37,10 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:60] or "row"
 
 
-def row_task(row: Row) -> str:
+def row_task(row: Row, manifest: TableManifest | None = None) -> str:
+    """The ``omnimed-evaluate`` task a row runs: the table's ``task`` if it names one, else by the row's method."""
+    if manifest is not None and manifest.task:
+        return manifest.task
     return "retrieval" if row.method == "retrieval" else "qa"
 
 
@@ -57,11 +60,13 @@ def plan_rows(manifest: TableManifest, preset: str, extra: list[str] | None = No
         seen.add(name)
         # at miniature scale the preset wins (it stands a CPU model and corpus in for every production one);
         # at any other scale the row's own choices (its reader, its planner) win over the preset's defaults
-        ordered = ([*row.overrides, *manifest.presets[preset]] if preset == MINIATURE
-                   else [*manifest.presets[preset], *row.overrides])
-        overrides = [f"task={row_task(row)}", *ordered, *(extra or [])]
+        own = [*row.overrides, *row.preset_overrides.get(preset, [])]
+        ordered = ([*own, *manifest.presets[preset]] if preset == MINIATURE
+                   else [*manifest.presets[preset], *own])
+        task = row_task(row, manifest)
+        overrides = [f"task={task}", *ordered, *(extra or [])]
         plan = RowPlan(row, name, overrides,
-                       row_last=[f"task={row_task(row)}", *manifest.presets[preset], *(extra or []), *row.overrides])
+                       row_last=[f"task={task}", *manifest.presets[preset], *(extra or []), *own])
         for col in manifest.columns:
             key = manifest.datasets[preset][col]
             if key != AVERAGE:
@@ -70,8 +75,13 @@ def plan_rows(manifest: TableManifest, preset: str, extra: list[str] | None = No
     return plans
 
 
+def dataset_key(task: str) -> str:
+    """The override that picks a column's dataset in ``task``."""
+    return "task.queries" if task == "retrieval" else "task.dataset"
+
+
 def dataset_override(task: str, key: str) -> str:
-    return f"task.dataset={key}" if task == "qa" else f"task.queries={key}"
+    return f"{dataset_key(task)}={key}"
 
 
 def validate(plans: list[RowPlan], manifest: TableManifest) -> None:
@@ -88,7 +98,7 @@ def validate(plans: list[RowPlan], manifest: TableManifest) -> None:
         for plan in plans:
             for key in plan.datasets:
                 for ordered in (plan.overrides, plan.row_last):
-                    overrides = [*ordered, dataset_override(row_task(plan.row), key)]
+                    overrides = [*ordered, dataset_override(row_task(plan.row, manifest), key)]
                     try:
                         compose("evaluate", overrides=overrides)
                     except Exception as exc:  # Hydra raises several kinds; all mean the row is wrong
@@ -99,8 +109,7 @@ def validate(plans: list[RowPlan], manifest: TableManifest) -> None:
 
 def run_row(plan: RowPlan, manifest: TableManifest, runs_dir: Path, launcher: str) -> subprocess.CompletedProcess:
     """One Hydra multirun over the row's datasets; each run writes ``<runs_dir>/<row>/<dataset>/metrics.json``."""
-    task = row_task(plan.row)
-    sweep_key = "task.dataset" if task == "qa" else "task.queries"
+    sweep_key = dataset_key(row_task(plan.row, manifest))
     cmd = [
         str(Path(sys.executable).parent / "omnimed-evaluate"), "-m", *plan.overrides,
         f"{sweep_key}={','.join(plan.datasets)}",
@@ -112,6 +121,51 @@ def run_row(plan: RowPlan, manifest: TableManifest, runs_dir: Path, launcher: st
         f"run_name={plan.slug}-${{{sweep_key}}}",
     ]
     return subprocess.run(cmd, text=True, capture_output=True)
+
+
+def artifact_root(extra: list[str] | None) -> Path:
+    """Where prepared artifacts live: ``paths.root`` from the extra overrides, else the working directory."""
+    for item in extra or []:
+        if item.startswith("paths.root="):
+            return Path(item.split("=", 1)[1])
+    return Path(".")
+
+
+def _step_command(step: PrepareStep, extra: list[str] | None) -> list[str]:
+    root = [item for item in extra or [] if item.startswith("paths.root=")]
+    return [str(Path(sys.executable).parent / step.command[0]), *step.command[1:], *root]
+
+
+def validate_prepare(manifest: TableManifest, preset: str, extra: list[str] | None) -> None:
+    """Compose every prepare step that still has to run (its app's ``--cfg job``), so a bad one fails first."""
+    root = artifact_root(extra)
+    for step in manifest.prepare.get(preset, []):
+        if (root / step.creates).exists():
+            continue
+        res = subprocess.run([*_step_command(step, extra), "--cfg", "job"], text=True, capture_output=True)
+        if res.returncode != 0:
+            tail = (res.stderr or res.stdout).strip().splitlines()[-6:]
+            raise ManifestError(f"{manifest.group}: prepare step {step.name!r} does not compose: " + " | ".join(tail))
+
+
+def run_prepare(manifest: TableManifest, preset: str, runs_dir: Path, extra: list[str] | None, log=print) -> None:
+    """Run the preset's prepare steps whose ``creates`` path is missing, in order; output goes to a log file per
+    step. A failing step stops the table, naming the step and its log."""
+    root = artifact_root(extra)
+    steps = manifest.prepare.get(preset, [])
+    for i, step in enumerate(steps, start=1):
+        target = root / step.creates
+        if target.exists():
+            log(f"prepare [{i}/{len(steps)}] {step.name}: done ({target})")
+            continue
+        runs_dir.mkdir(parents=True, exist_ok=True)
+        log_file = runs_dir / f"prepare-{slug(step.name)}.log"
+        log(f"prepare [{i}/{len(steps)}] {step.name}: running, log in {log_file}")
+        with log_file.open("w") as fh:
+            res = subprocess.run(_step_command(step, extra), stdout=fh, stderr=subprocess.STDOUT)
+        if res.returncode != 0 or not target.exists():
+            raise ManifestError(f"{manifest.group}: prepare step {step.name!r} failed (exit {res.returncode}; "
+                                f"{target} {'missing' if not target.exists() else 'present'}); see {log_file}")
 
 
 def read_cell(run_dir: Path, manifest: TableManifest, column: str) -> Cell:
@@ -162,7 +216,13 @@ def reproduce(
     """Run the table's runnable rows and write its report; returns the cells and the report paths."""
     plans = plan_rows(manifest, preset, extra)
     validate(plans, manifest)
+    validate_prepare(manifest, preset, extra)
     runs_dir = out_dir / "runs" / manifest.table
+    if dry_run:
+        for step in manifest.prepare.get(preset, []):
+            log(f"prepare {step.name}: {' '.join(step.command)} -> {step.creates}")
+    elif plans:
+        run_prepare(manifest, preset, runs_dir, extra, log)
     cells: dict[str, dict[str, Cell]] = {}
     for row in manifest.rows:
         if row.status != "runnable":

@@ -134,6 +134,33 @@ class KnowledgeBase:
             )
         return out
 
+    def search_sources(
+        self,
+        queries: Sequence[str],
+        k: int,
+        *,
+        sources: Sequence[str] | None = None,
+        per_source_k: int | None = None,
+        method: str | None = None,
+    ) -> list[list[Passage]]:
+        """The best ``k`` passages for each query across several text sources: each source is searched for
+        ``per_source_k`` (default ``k``) and the lists are fused by reciprocal rank. ``sources``: default every text
+        source (the graph takes ``term , question`` queries, which a plain query is not)."""
+        names = list(sources) if sources is not None else list(self.text_sources)
+        for name in names:
+            self._text_source(name)  # unknown names fail here, listing the known ones
+        per = {s: self.search_batch(s, list(queries), per_source_k or k, method=method) for s in names}
+        out = []
+        for i in range(len(queries)):
+            lists = [per[s][i] for s in names]
+            table = [h.passage for hits in lists for h in hits]
+            rankings, offset = [], 0
+            for hits in lists:
+                rankings.append([(offset + r, h.score) for r, h in enumerate(hits)])
+                offset += len(hits)
+            out.append([table[row] for row, _ in reciprocal_rank_fusion(rankings, k=self.cfg.fusion_k, top=k)])
+        return out
+
     def search_plan(self, plan: Plan | str, k: int | None = None, *, method: str | None = None) -> PlanSearch:
         """Search every query of an Omni-RAG plan in its source; a plan string is parsed as far as it is valid
         and its problems are returned (a source this base lacks is reported, not fatal)."""

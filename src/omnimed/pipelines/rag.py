@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from omnimed.data.records import MultipleChoiceQuestion, OpenQuestion, Passage
-from omnimed.knowledge.fusion import reciprocal_rank_fusion
 
 Question = MultipleChoiceQuestion | OpenQuestion
 
@@ -36,20 +35,8 @@ def retrieve_evidence(kb, questions: Sequence[Question], cfg: PipelineConfig) ->
     unknown = [s for s in sources if s not in kb.sources]
     if unknown:
         raise ValueError(f"pipeline.sources: {unknown} not in knowledge base {kb.cfg.name} ({', '.join(kb.sources)})")
-    texts = [q.question for q in questions]
-    per_source = {s: kb.search_batch(s, texts, cfg.per_source_k, method=cfg.retriever) for s in sources}
-    evidence = []
-    for i in range(len(questions)):
-        lists = [per_source[s][i] for s in sources]
-        table = [h.passage for hits in lists for h in hits]
-        offsets, pos = [], 0
-        for hits in lists:
-            offsets.append(pos)
-            pos += len(hits)
-        rankings = [[(offsets[j] + r, h.score) for r, h in enumerate(hits)] for j, hits in enumerate(lists)]
-        fused = reciprocal_rank_fusion(rankings, top=cfg.top_k)
-        evidence.append([table[row] for row, _ in fused])
-    return evidence
+    return kb.search_sources([q.question for q in questions], cfg.top_k, sources=sources,
+                             per_source_k=cfg.per_source_k, method=cfg.retriever)
 
 
 @dataclass

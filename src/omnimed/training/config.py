@@ -22,6 +22,9 @@ class TaskConfig:
     max_length: int = 256
     # spans masked from the loss, each [open, close] marker pair (Self-RAG masks <paragraph>...</paragraph>)
     mask_spans: list[list[str]] = field(default_factory=list)
+    # tokens the task's data format needs (e.g. Self-RAG's reflective tokens): added to the model's tokenizer as
+    # special tokens on top of model.special_tokens, so any model config can be trained on the task
+    special_tokens: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -115,4 +118,5 @@ class TrainConfig:
     seed: int = 0
     experiment: Optional[str] = None
     run_name: Optional[str] = None
-    ckpt_path: Optional[str] = None  # "last" resumes the newest checkpoint of this run name
+    # "last" resumes the newest checkpoint of this run name; "auto" resumes run_name if it has one, else starts it
+    ckpt_path: Optional[str] = None

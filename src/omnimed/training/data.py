@@ -182,7 +182,8 @@ def _features(
     template: TemplateMode,
 ) -> dict[str, list]:
     """Format (unless rows already hold prompt/completion) and tokenize a batch; drop examples left with no
-    supervised token (a prompt longer than ``max_length``), whose loss would be 0/0."""
+    supervised token (a prompt longer than ``max_length``), whose loss would be 0/0 (``SFTDataModule`` counts and
+    reports them)."""
     if "prompt" not in batch or "completion" not in batch:
         batch = format_batch(batch, tokenizer, template)
     feats = tokenize_prompt_completion(batch, tokenizer, max_length, mask_spans)
@@ -241,6 +242,10 @@ class SFTDataModule(L.LightningDataModule):
             self._raw._fingerprint, tokenizer, task_cfg.max_length, task_cfg.mask_spans, template
         )
         self.cache_hit: bool | None = None
+        # examples dropped for having no supervised token within task.max_length (a prompt at least that long),
+        # out of num_examples; set by setup()
+        self.dropped_too_long: int | None = None
+        self.num_examples = len(self._raw)
         self.train_dataset: datasets.Dataset | None = None
         self.val_dataset: datasets.Dataset | None = None
 
@@ -291,8 +296,11 @@ class SFTDataModule(L.LightningDataModule):
         if self.train_dataset is not None:
             return
         ds = self.tokenized()
+        self._report_dropped(len(ds))
         if len(ds) == 0:
-            raise ValueError("no example has a supervised token within max_length")
+            raise ValueError(
+                f"no example has a supervised token within task.max_length={self.task_cfg.max_length}"
+            )
         train, val = self._split(ds)
         if self.data_cfg.packing:
             train, val = self._pack(train), (self._pack(val) if val is not None else None)
@@ -301,6 +309,24 @@ class SFTDataModule(L.LightningDataModule):
             lengths = val["length"]
             val = val.select(sorted(range(len(val)), key=lengths.__getitem__), keep_in_memory=True)
         self.val_dataset = val
+
+    def _report_dropped(self, kept: int) -> None:
+        """Count (and warn about, once, on rank 0) the examples that tokenization dropped: with the prompt taking
+        all of ``max_length`` they keep no supervised token. Counted from the feature rows, so a cache hit
+        reports the same number as the run that tokenized."""
+        self.dropped_too_long = self.num_examples - kept
+        if not self.dropped_too_long:
+            return
+        from lightning.fabric.utilities.rank_zero import rank_zero_only
+
+        if getattr(rank_zero_only, "rank", 0) != 0:
+            return
+        share = self.dropped_too_long / max(self.num_examples, 1)
+        message = (
+            f"dropped {self.dropped_too_long} of {self.num_examples} examples ({share:.1%}): their prompt leaves no "
+            f"completion token within task.max_length={self.task_cfg.max_length} (raise task.max_length to keep them)"
+        )
+        log.warning(message)
 
     def _split(self, ds: datasets.Dataset) -> tuple[datasets.Dataset, datasets.Dataset | None]:
         """Deterministic split: the same seed and data give the same validation examples on every run/rank."""
@@ -355,14 +381,17 @@ class SFTDataModule(L.LightningDataModule):
         with ``use_distributed_sampler=False``), and a checkpoint records how many batches of the epoch were
         trained on, so a resumed run skips exactly those (see ``omnimed.training.resume``)."""
         num_replicas, rank = self._replicas()
+        trainer = getattr(self, "trainer", None)
+        # debug=overfit (Trainer(overfit_batches=N)) trains the same first N batches every epoch: no reshuffling
+        # (Lightning cannot turn shuffling off itself, the sampler being ours)
+        overfit = bool(trainer is not None and getattr(trainer, "overfit_batches", 0))
         sampler = ResumableBatchSampler(
             self._batches(ds, train=train),
-            shuffle=train,
+            shuffle=train and not overfit,
             seed=self.data_cfg.shuffle_seed,
             rank=rank,
             world_size=num_replicas,
         )
-        trainer = getattr(self, "trainer", None)
         return ResumableDataLoader(
             ds.select_columns(list(FEATURES)),
             batch_sampler=sampler,

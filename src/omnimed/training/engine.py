@@ -34,6 +34,7 @@ class TrainResult:
     metrics: dict[str, float]
     logger_dir: str | None = None
     losses: list[float] = field(default_factory=list)
+    profiler_report: Path | None = None
 
 
 def _to_config(cfg: DictConfig | TrainConfig) -> TrainConfig:
@@ -42,8 +43,40 @@ def _to_config(cfg: DictConfig | TrainConfig) -> TrainConfig:
     return OmegaConf.to_object(cfg)  # type: ignore[return-value]
 
 
-def default_run_name(cfg: TrainConfig) -> str:
-    return f"{cfg.model.name}_{cfg.data.name}_s{cfg.seed}_{time.strftime('%Y%m%d-%H%M%S')}"
+def default_run_name(cfg: TrainConfig, job_num: int | None = None) -> str:
+    """``<model>_<data>_s<seed>_<time>``, plus ``_j<N>`` for job N of a sweep: the jobs of a parallel sweep start
+    in the same second and would otherwise share (and overwrite) one checkpoint folder."""
+    name = f"{cfg.model.name}_{cfg.data.name}_s{cfg.seed}_{time.strftime('%Y%m%d-%H%M%S')}"
+    return name if job_num is None else f"{name}_j{job_num}"
+
+
+def _is_rank_zero() -> bool:
+    """Rank 0 from the launcher's environment (RANK / LOCAL_RANK / SLURM_PROCID): right before ``fit`` too, when
+    Lightning has not yet started the other ranks or set the strategy's ranks."""
+    from lightning.fabric.utilities.rank_zero import rank_zero_only
+
+    return getattr(rank_zero_only, "rank", 0) == 0
+
+
+def _write_run_files(run_dir: Path, config_dict: dict, lineage: dict) -> None:
+    """The run's resolved config and package versions + git state, next to its checkpoints."""
+    atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(config_dict))
+    atomic_write_json(run_dir / "versions.json", {"packages": lineage["versions"], "git": lineage["git"]})
+
+
+def _profiler(cfg: TrainConfig, output_dir: Path):
+    """``debug.profiler`` (simple | advanced | pytorch) writing its report to ``<output_dir>/fit-profiler.txt``
+    (Lightning's string form only prints it); None without one."""
+    name = cfg.debug.profiler
+    if not name:
+        return None
+    from lightning.pytorch import profilers
+
+    classes = {"simple": profilers.SimpleProfiler, "advanced": profilers.AdvancedProfiler,
+               "pytorch": profilers.PyTorchProfiler}
+    if name not in classes:
+        raise ValueError(f"debug.profiler={name!r}: expected one of {', '.join(classes)}")
+    return classes[name](dirpath=str(output_dir), filename="profiler")
 
 
 def load_examples(cfg: TrainConfig) -> tuple[list, dict[str, Any]]:
@@ -134,8 +167,11 @@ class TrainHistory(Callback):
             self.seconds = time.perf_counter() - self.start
 
 
-def train(cfg_in: DictConfig | TrainConfig, output_dir: str | Path | None = None) -> TrainResult:
-    """Run one training job; see the module docstring for what it writes."""
+def train(
+    cfg_in: DictConfig | TrainConfig, output_dir: str | Path | None = None, *, job_num: int | None = None
+) -> TrainResult:
+    """Run one training job; see the module docstring for what it writes. ``job_num``: the job's number in a
+    sweep (it joins the default run name)."""
     import lightning as L
 
     from omnimed.models.loading import load_tokenizer
@@ -143,11 +179,14 @@ def train(cfg_in: DictConfig | TrainConfig, output_dir: str | Path | None = None
     from omnimed.training.data import SFTDataModule
     from omnimed.training.export import consolidate_checkpoint, export_hf
     from omnimed.training.resume import find_last_checkpoint
-    from omnimed.training.sft import SFTModule
+    from omnimed.training.sft import SFTModule, check_objective
     from omnimed.training.strategies import build_strategy
 
     resolved = OmegaConf.to_container(cfg_in, resolve=True) if isinstance(cfg_in, DictConfig) else None
     cfg = _to_config(cfg_in)
+    # the task's format tokens join the model's own, once each, model's first (stable ids across tasks)
+    cfg.model.special_tokens = list(dict.fromkeys([*cfg.model.special_tokens, *cfg.task.special_tokens]))
+    check_objective(cfg.task)  # before any work: task.objective=dpo must not silently train SFT
     if cfg.trainer.num_threads:
         torch.set_num_threads(cfg.trainer.num_threads)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
@@ -156,7 +195,13 @@ def train(cfg_in: DictConfig | TrainConfig, output_dir: str | Path | None = None
     output_dir.mkdir(parents=True, exist_ok=True)
     task_dir = Path(cfg.paths.root) / cfg.paths.checkpoints / cfg.task.name
     ckpt_path = None
-    if cfg.ckpt_path == "last":
+    if cfg.ckpt_path == "auto":  # resume run_name when it left a checkpoint, else start it: for scripted pipelines
+        if not cfg.run_name:
+            raise ValueError("ckpt_path=auto needs run_name (the run to continue or start)")
+        last = task_dir / cfg.run_name / "lightning" / "last.ckpt"
+        ckpt_path = last if last.exists() else None
+        run_name = cfg.run_name
+    elif cfg.ckpt_path == "last":
         ckpt_path = find_last_checkpoint(task_dir, cfg.run_name)
         run_name = ckpt_path.parent.parent.name
     elif cfg.ckpt_path:
@@ -165,7 +210,7 @@ def train(cfg_in: DictConfig | TrainConfig, output_dir: str | Path | None = None
             raise FileNotFoundError(f"ckpt_path={cfg.ckpt_path}: no such checkpoint")
         run_name = cfg.run_name or ckpt_path.parent.parent.name
     else:
-        run_name = cfg.run_name or default_run_name(cfg)
+        run_name = cfg.run_name or default_run_name(cfg, job_num)
     run_dir = task_dir / run_name
     if ckpt_path is None and not cfg.debug.fast_dev_run and (run_dir / "hf").exists():
         raise FileExistsError(
@@ -195,6 +240,10 @@ def train(cfg_in: DictConfig | TrainConfig, output_dir: str | Path | None = None
     config_dict = resolved if resolved is not None else OmegaConf.to_container(OmegaConf.structured(cfg))
     config_dict = {k: v for k, v in config_dict.items() if k != "hydra"}
     lineage = log_lineage(logger, config_dict, {"data_lineage": data_lineage, "run_name": run_name})
+    # before fit, so that a run which crashes or is killed still says what it was (rewritten after fit)
+    if _is_rank_zero() and not cfg.debug.fast_dev_run:
+        _write_run_files(run_dir, config_dict, lineage)
+    profiler = _profiler(cfg, output_dir)
 
     history = TrainHistory()
     trainer = L.Trainer(
@@ -215,7 +264,7 @@ def train(cfg_in: DictConfig | TrainConfig, output_dir: str | Path | None = None
         deterministic=cfg.trainer.deterministic,
         fast_dev_run=cfg.debug.fast_dev_run,
         overfit_batches=cfg.debug.overfit_batches,
-        profiler=cfg.debug.profiler,
+        profiler=profiler,
         logger=logger if logger is not None else False,
         callbacks=_callbacks(cfg, run_dir / "lightning", history),
         use_distributed_sampler=False,
@@ -226,8 +275,7 @@ def train(cfg_in: DictConfig | TrainConfig, output_dir: str | Path | None = None
 
     hf_dir = None
     if trainer.is_global_zero and not cfg.debug.fast_dev_run:
-        atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(config_dict))
-        atomic_write_json(run_dir / "versions.json", {"packages": lineage["versions"], "git": lineage["git"]})
+        _write_run_files(run_dir, config_dict, lineage)
     trainer.strategy.barrier()
     if not cfg.debug.fast_dev_run:
         hf_dir = run_dir / "hf"
@@ -241,6 +289,9 @@ def train(cfg_in: DictConfig | TrainConfig, output_dir: str | Path | None = None
             export_hf(module.model, tokenizer, hf_dir, merge_lora=cfg.model.lora.merge_on_export, overwrite=True)
 
     metrics = _final_metrics(trainer, history)
+    if datamodule.dropped_too_long is not None:
+        metrics["data/dropped_too_long"] = float(datamodule.dropped_too_long)
+        metrics["data/examples"] = float(datamodule.num_examples)
     if trainer.is_global_zero:
         atomic_write_json(output_dir / "metrics.json", metrics)
     logger_dir = wandb_run_dir(logger) if logger is not None else None
@@ -249,7 +300,11 @@ def train(cfg_in: DictConfig | TrainConfig, output_dir: str | Path | None = None
     if logger is not None and cfg.logger.name == "wandb" and trainer.is_global_zero:
         logger.experiment.summary.update(metrics)
         logger.experiment.finish()
-    return TrainResult(run_dir, hf_dir, output_dir, metrics, logger_dir, list(history.losses))
+    profiler_report = None
+    if profiler is not None:
+        reports = sorted(output_dir.glob("*profiler*.txt"))
+        profiler_report = reports[0] if reports else None
+    return TrainResult(run_dir, hf_dir, output_dir, metrics, logger_dir, list(history.losses), profiler_report)
 
 
 def _final_metrics(trainer, history) -> dict[str, float]:

@@ -28,6 +28,9 @@ from omnimed.training.tokenize import IGNORE_INDEX
 
 C = TypeVar("C")
 
+#: ``TaskConfig.objective`` values the training engine builds (this module); dpo, distill, ... are not built yet.
+OBJECTIVES = ("sft",)
+
 #: ``TaskConfig.scheduler`` -> ``transformers.get_scheduler`` name; every one warms up linearly first.
 SCHEDULERS = {"cosine": "cosine", "linear": "linear", "constant": "constant_with_warmup"}
 
@@ -41,6 +44,15 @@ def as_config(cls: type[C], value: C | Mapping[str, Any] | DictConfig) -> C:
         merged = OmegaConf.merge(OmegaConf.structured(cls), value)
         return OmegaConf.to_object(merged)  # type: ignore[return-value]
     raise TypeError(f"expected a {cls.__name__} or a mapping, got {type(value).__name__}")
+
+
+def check_objective(task_cfg: TaskConfig) -> None:
+    """Fail, naming ``task.objective`` and the built objectives, unless this engine trains the task's objective."""
+    if task_cfg.objective not in OBJECTIVES:
+        raise ValueError(
+            f"task.objective={task_cfg.objective!r} (task {task_cfg.name}) is not built in the training engine; "
+            f"built objectives: {', '.join(OBJECTIVES)}"
+        )
 
 
 def is_no_decay(module: nn.Module, param_name: str) -> bool:
@@ -90,6 +102,7 @@ class SFTModule(L.LightningModule):
         super().__init__()
         self.model_cfg: ModelConfig = as_config(ModelConfig, model_cfg)
         self.task_cfg: TaskConfig = as_config(TaskConfig, task_cfg)
+        check_objective(self.task_cfg)
         if tokenizer is None:
             from omnimed.models.loading import load_tokenizer
 

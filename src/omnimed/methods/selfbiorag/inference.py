@@ -1,0 +1,282 @@
+"""Self-BioRAG inference: adaptive retrieval and critique-weighted evidence selection (sections 3.4 and 5.2,
+appendix 4), through any generation backend (``hf``, ``vllm``, ``openai``; the world's oracle for checks).
+
+For each question the generator M is asked, in its own output layout (:mod:`~omnimed.methods.selfbiorag.tokens`):
+
+1. **when to retrieve**: ``adaptive`` retrieves when p([Retrieval]) / (p([Retrieval]) + p([No Retrieval])) > delta
+   (Eq. 1, read from the next-token distribution after the question); ``always`` / ``never`` force it;
+2. **without evidence**: the answer follows ``[No Retrieval]``;
+3. **with evidence**: the top ``top_k`` passages are retrieved; for each, the reply is started with
+   ``[Retrieval]<paragraph>EVIDENCE</paragraph>``, M's REL token distribution is read, M answers after its most
+   likely REL token, then its SUP and USE distributions after the answer are read, and the passage's score is
+   S = w_rel s_rel + w_sup s_sup + w_use s_use with the normalised probabilities of appendix 4 (Eqs. 2-4). The
+   answer given with the best-scoring passage is kept.
+
+Answers to multiple-choice questions are read in one of two ways (``answer_mode``): ``logprob`` starts the answer
+with ``answer_prefix`` and takes the most likely option letter (small models, and exact scoring), ``generate`` lets
+M write until its next reflective token and finds the option it names. The weights default to Self-RAG's
+(w_rel 1.0, w_sup 1.0, w_use 0.5), which Self-BioRAG keeps.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from omnimed.data.records import MultipleChoiceQuestion, Passage
+from omnimed.generation.types import Request, SamplingParams
+from omnimed.methods.selfbiorag import prompts
+from omnimed.methods.selfbiorag.tokens import (
+    NO_RETRIEVE,
+    PARAGRAPH_CLOSE,
+    PARAGRAPH_OPEN,
+    REFLECTIVE_TOKENS,
+    RELEVANCE_LABELS,
+    RETRIEVE,
+    SUPPORT_LABELS,
+    UTILITY_LABELS,
+    relevance_score,
+    retrieval_score,
+    support_score,
+    utility_score,
+)
+
+MODES = ("adaptive", "always", "never")
+
+
+@dataclass
+class SelfBioRAGConfig:
+    """``pipeline=selfbiorag``. The ablation switches of Tables 5 and 6:
+
+    - ``retrieval`` (adaptive | always | never), ``delta`` (Eq. 1 threshold, 0.2), ``top_k`` (10 passages);
+    - ``domain_corpus``: search ``domain_sources`` (true; PubMed, PMC, CPG, textbooks in the paper) or
+      ``general_sources`` (false; Wikipedia);
+    - ``domain_retriever``: search with ``domain_method`` (true; MedCPT in the paper, the knowledge base's dense
+      encoder here) or ``general_method`` (false; a general retriever: Contriever-MSMARCO in the paper);
+    - ``domain_instructions``: the generator (and critic) tuned on the domain instruction sets (true:
+      ``generator`` / ``critic``) or without them (false: ``baseline_generator`` / ``baseline_critic``, Self-RAG's
+      released weights in the paper). A null model is the run's ``model``.
+    """
+
+    name: str = "selfbiorag"
+    retrieval: str = "adaptive"
+    delta: float = 0.2
+    top_k: int = 10
+    per_source_k: Optional[int] = None
+    w_rel: float = 1.0
+    w_sup: float = 1.0
+    w_use: float = 0.5
+    domain_corpus: bool = True
+    domain_sources: list[str] = field(default_factory=lambda: ["book", "guideline", "research"])
+    general_sources: list[str] = field(default_factory=lambda: ["wiki"])
+    domain_retriever: bool = True
+    domain_method: str = "dense"
+    general_method: str = "bm25"
+    domain_instructions: bool = True
+    generator: Optional[str] = None
+    baseline_generator: Optional[str] = None
+    critic: Optional[str] = None
+    baseline_critic: Optional[str] = None
+    mcq_instruction: str = "Choose the correct option and state it."
+    answer_mode: str = "logprob"
+    answer_prefix: str = "The answer is"
+    max_new_tokens: int = 128
+    temperature: float = 0.0
+
+    def check(self) -> None:
+        if self.retrieval not in MODES:
+            raise ValueError(f"pipeline.retrieval={self.retrieval!r}; expected one of {', '.join(MODES)}")
+        if self.answer_mode not in ("logprob", "generate"):
+            raise ValueError(f"pipeline.answer_mode={self.answer_mode!r}; expected logprob or generate")
+        if self.top_k < 1:
+            raise ValueError(f"pipeline.top_k={self.top_k}; expected at least 1")
+
+    @property
+    def sources(self) -> list[str]:
+        return list(self.domain_sources if self.domain_corpus else self.general_sources)
+
+    @property
+    def method(self) -> str:
+        return self.domain_method if self.domain_retriever else self.general_method
+
+    @property
+    def generator_model(self) -> Optional[str]:
+        return self.generator if self.domain_instructions else self.baseline_generator
+
+    @property
+    def critic_model(self) -> Optional[str]:
+        return self.critic if self.domain_instructions else self.baseline_critic
+
+
+@dataclass
+class Candidate:
+    """One passage's branch: its critique scores, the combined score S and the answer given with it."""
+
+    passage_id: str
+    relevance: str
+    s_rel: float
+    s_sup: float
+    s_use: float
+    score: float
+    letter: str | None
+    text: str
+
+
+@dataclass
+class SelfBioRAGOutput:
+    """What the pipeline decided for one question (``prediction`` None with a ``problem`` when no option could be
+    read, which counts as wrong)."""
+
+    question_id: str
+    prediction: str | None
+    correct: bool
+    retrieved: bool
+    p_retrieve: float | None
+    raw: str
+    problem: str | None = None
+    candidates: list[Candidate] = field(default_factory=list)
+    passage_ids: list[str] = field(default_factory=list)
+
+
+_ANSWER_IS = re.compile(r"answer\s+is\s*:?\s*\(?([A-Z])\b", re.IGNORECASE)
+_REFLECTIVE = re.compile("|".join(re.escape(t) for t in sorted(REFLECTIVE_TOKENS, key=len, reverse=True)))
+
+
+def read_option(text: str, options: dict[str, str]) -> str | None:
+    """The option a free-text answer names: ``answer is X`` first, else the one option whose text it contains."""
+    match = _ANSWER_IS.search(text)
+    if match and match.group(1).upper() in options:
+        return match.group(1).upper()
+    low = text.lower()
+    named = [k for k, v in options.items() if v.lower() in low]
+    return named[0] if len(named) == 1 else None
+
+
+def _probs(logprobs: dict[str, float]) -> dict[str, float]:
+    return {t: math.exp(v) for t, v in logprobs.items()}
+
+
+def _best(logprobs: dict[str, float], tokens: Sequence[str]) -> str:
+    return max(tokens, key=lambda t: logprobs.get(t, float("-inf")))
+
+
+class SelfBioRAG:
+    """Answer multiple-choice questions as Self-BioRAG does; ``backend`` serves the generator, ``kb`` is the
+    knowledge base (needed unless ``retrieval=never``)."""
+
+    def __init__(self, cfg: SelfBioRAGConfig, backend, kb=None) -> None:
+        cfg.check()
+        if cfg.retrieval != "never" and kb is None:
+            raise ValueError(f"pipeline.retrieval={cfg.retrieval} needs a knowledge base")
+        self.cfg, self.backend, self.kb = cfg, backend, kb
+        self.params = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+                                     stop=tuple(REFLECTIVE_TOKENS))
+
+    # ------------------------------------------------------------------------------------------- requests
+    def _messages(self, q: MultipleChoiceQuestion) -> list[dict[str, str]]:
+        options = "\n".join(f"{k}. {v}" for k, v in q.options.items())
+        text = prompts.user_message(self.cfg.mcq_instruction, f"{q.question}\n{options}")
+        return [{"role": "user", "content": text}]
+
+    def _request(self, q: MultipleChoiceQuestion, prefix: str, task: str, **meta: Any) -> Request:
+        return Request(self._messages(q), {"task": task, "question_id": q.id, "assistant_prefix": prefix, **meta})
+
+    # ------------------------------------------------------------------------------------------- steps
+    def retrieval_probabilities(self, questions: Sequence[MultipleChoiceQuestion]) -> list[float]:
+        """Eq. 1's ratio for each question, from the generator's first-token distribution."""
+        lps = self.backend.next_token_logprobs([self._request(q, "", "retrieval") for q in questions],
+                                               [RETRIEVE, NO_RETRIEVE])
+        return [retrieval_score(_probs(lp)) for lp in lps]
+
+    def _answers(self, items: list[tuple[MultipleChoiceQuestion, str, dict[str, Any]]]) -> list[tuple[str | None, str]]:
+        """(letter, answer text) for each (question, assistant prefix, meta) in the configured answer mode."""
+        if not items:
+            return []
+        if self.cfg.answer_mode == "logprob":
+            out: list[tuple[str | None, str]] = [(None, "")] * len(items)
+            groups: dict[tuple[str, ...], list[int]] = {}
+            for i, (q, _, _) in enumerate(items):
+                groups.setdefault(tuple(q.options), []).append(i)
+            for letters, idx in groups.items():
+                reqs = [self._request(items[i][0], items[i][1] + self.cfg.answer_prefix, "answer_mcq", **items[i][2])
+                        for i in idx]
+                for i, lp in zip(idx, self.backend.next_token_logprobs(reqs, [f" {x}" for x in letters])):
+                    q = items[i][0]
+                    letter = max(letters, key=lambda x: lp.get(f" {x}", float("-inf")))
+                    out[i] = (letter, f"{self.cfg.answer_prefix} {letter}: {q.options[letter]}.")
+            return out
+        gens = self.backend.generate([self._request(q, prefix, "answer_mcq", **meta) for q, prefix, meta in items],
+                                     self.params)
+        out = []
+        for (q, _, _), g in zip(items, gens):
+            text = _REFLECTIVE.split(g[0].text)[0].strip() if g and g[0].error is None else ""
+            out.append((read_option(text, q.options), text))
+        return out
+
+    def _judge(self, questions: Sequence[MultipleChoiceQuestion], passages: Sequence[Sequence[Passage]]
+               ) -> list[list[Candidate]]:
+        """Score every (question, passage) branch; REL, answer, SUP and USE each take one batched call."""
+        branches = [(qi, p) for qi, ps in enumerate(passages) for p in ps]
+        heads = [RETRIEVE + PARAGRAPH_OPEN + prompts.evidence_text(p) + PARAGRAPH_CLOSE for _, p in branches]
+        metas = [{"passage_id": prompts.passage_ref(p)} for _, p in branches]
+        rel = self.backend.next_token_logprobs(
+            [self._request(questions[qi], h, "relevance", **m) for (qi, _), h, m in zip(branches, heads, metas)],
+            list(RELEVANCE_LABELS))
+        rel_tok = [_best(lp, RELEVANCE_LABELS) for lp in rel]
+        answers = self._answers([(questions[qi], h + t, m) for (qi, _), h, t, m in zip(branches, heads, rel_tok, metas)])
+        after = [h + t + text for h, t, (_, text) in zip(heads, rel_tok, answers)]
+        sup = self.backend.next_token_logprobs(
+            [self._request(questions[qi], a, "support", answer=text, **m)
+             for (qi, _), a, (_, text), m in zip(branches, after, answers, metas)], list(SUPPORT_LABELS))
+        sup_tok = [_best(lp, SUPPORT_LABELS) for lp in sup]
+        use = self.backend.next_token_logprobs(
+            [self._request(questions[qi], a + s, "utility", answer=text, **m)
+             for (qi, _), a, s, (_, text), m in zip(branches, after, sup_tok, answers, metas)], list(UTILITY_LABELS))
+        out: list[list[Candidate]] = [[] for _ in questions]
+        c = self.cfg
+        for (qi, p), r, rt, (letter, text), s, u in zip(branches, rel, rel_tok, answers, sup, use):
+            s_rel, s_sup, s_use = relevance_score(_probs(r)), support_score(_probs(s)), utility_score(_probs(u))
+            out[qi].append(Candidate(p.id, rt, s_rel, s_sup, s_use, c.w_rel * s_rel + c.w_sup * s_sup + c.w_use * s_use,
+                                     letter, text))
+        return out
+
+    # ------------------------------------------------------------------------------------------- answer
+    def answer(self, questions: Sequence[MultipleChoiceQuestion]) -> list[SelfBioRAGOutput]:
+        """One output per question, in order."""
+        c = self.cfg
+        p_ret: list[float | None] = [None] * len(questions)
+        if c.retrieval == "adaptive":
+            p_ret = list(self.retrieval_probabilities(questions))
+            retrieve = [p > c.delta for p in p_ret]  # type: ignore[operator]
+        else:
+            retrieve = [c.retrieval == "always"] * len(questions)
+        with_ev = [i for i, r in enumerate(retrieve) if r]
+        without = [i for i, r in enumerate(retrieve) if not r]
+        outs: list[SelfBioRAGOutput | None] = [None] * len(questions)
+        for i, (letter, text) in zip(without, self._answers([(questions[i], NO_RETRIEVE, {}) for i in without])):
+            outs[i] = self._output(questions[i], letter, text, False, p_ret[i], [], [])
+        if with_ev:
+            passages = self.kb.search_sources([questions[i].question for i in with_ev], c.top_k, sources=c.sources,
+                                              per_source_k=c.per_source_k, method=c.method)
+            for i, ps, cands in zip(with_ev, passages, self._judge([questions[i] for i in with_ev], passages)):
+                if not cands:  # nothing retrieved: answer as without evidence, and say so
+                    (letter, text), = self._answers([(questions[i], NO_RETRIEVE, {})])
+                    out = self._output(questions[i], letter, text, True, p_ret[i], [], [])
+                    out.problem = out.problem or "retrieval returned no passage"
+                    outs[i] = out
+                    continue
+                best = max(cands, key=lambda cand: cand.score)  # ties: the retriever's order
+                outs[i] = self._output(questions[i], best.letter, best.text, True, p_ret[i], cands, [p.id for p in ps])
+        return [o for o in outs if o is not None]
+
+    @staticmethod
+    def _output(q: MultipleChoiceQuestion, letter: str | None, text: str, retrieved: bool, p: float | None,
+                cands: list[Candidate], passage_ids: list[str]) -> SelfBioRAGOutput:
+        problem = None if letter is not None else f"no option could be read from the answer {text[:80]!r}"
+        if letter is not None and len(q.answer) > 1:
+            problem = f"one option was chosen; the question has {len(q.answer)} correct options"
+        correct = letter is not None and problem is None and letter in q.answer
+        return SelfBioRAGOutput(q.id, letter, correct, retrieved, p, text, problem, cands, passage_ids)

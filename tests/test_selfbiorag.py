@@ -1,0 +1,387 @@
+"""Self-BioRAG end to end on the tiny world: the reflective-token contract (tokenizer, training data, decoding,
+scores), the critic and generator data stages (oracle teacher, resumable, filtering), the inference pipeline
+(adaptive retrieval responds to delta; the oracle as generator answers every question from the best passage),
+critic training + Table 9's evaluation, a generator checkpoint that reloads and writes reflective tokens, and a
+paper table reproduced through prepare steps."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from omnimed.data.io import read_records
+from omnimed.data.records import InstructionExample, MultipleChoiceQuestion
+from omnimed.generation.oracle import OracleBackend
+from omnimed.generation.types import Generation
+from omnimed.knowledge.config import KnowledgeConfig
+from omnimed.methods.selfbiorag import tokens as T
+from omnimed.methods.selfbiorag.critic_data import CriticDataConfig, build_critic_data
+from omnimed.methods.selfbiorag.generator_data import GeneratorDataConfig, build_generator_data
+from omnimed.methods.selfbiorag.inference import SelfBioRAG, SelfBioRAGConfig, read_option
+from omnimed.models.config import ModelConfig
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+TINY_KB = KnowledgeConfig(name="world_tiny", world_size="tiny", indexes=["bm25"], retriever="bm25")
+
+
+def quiet(*args, **kwargs) -> None:
+    return None
+
+
+# ------------------------------------------------------------------------------------------------ contract
+def test_task_configs_carry_exactly_the_contract_tokens():
+    for task in ("critic", "generator"):
+        cfg = yaml.safe_load((REPO / "conf" / "task" / f"{task}.yaml").read_text())
+        assert tuple(cfg["special_tokens"]) == T.SPECIAL_TOKENS, task
+    assert len(set(T.SPECIAL_TOKENS)) == 15 and T.CONTRACT_VERSION
+
+
+def test_tokens_round_trip_through_tokenizer_training_labels_and_decoding():
+    from omnimed.generation.hf import HFBackend
+    from omnimed.models.loading import load_tokenizer
+    from omnimed.training.tokenize import IGNORE_INDEX, tokenize_prompt_completion
+
+    cfg = ModelConfig(name="tiny-llama", source="tiny", name_or_path="tiny-llama", special_tokens=list(T.SPECIAL_TOKENS))
+    tok = load_tokenizer(cfg)
+    ids = {t: tok(t, add_special_tokens=False)["input_ids"] for t in T.SPECIAL_TOKENS}
+    assert all(len(v) == 1 for v in ids.values()), ids  # each token is one id, never split
+
+    output = T.format_output("Drug X works.", retrieval=T.RETRIEVE, utility="[Utility:5]",
+                             evidence="Drug X inhibits Y.", relevance=T.RELEVANT, support=T.FULLY)
+    feats = tokenize_prompt_completion({"prompt": ["Q: what does X do?\n"], "completion": [output]}, tok, 256,
+                                       [[T.PARAGRAPH_OPEN, T.PARAGRAPH_CLOSE]])
+    labels = [t for t in feats["labels"][0] if t != IGNORE_INDEX]
+    supervised = tok.decode(labels, skip_special_tokens=False)
+    for token in (T.RETRIEVE, T.RELEVANT, T.FULLY, "[Utility:5]"):
+        assert ids[token][0] in labels, token  # the reflective tokens are learned
+    assert "inhibits" not in supervised and ids[T.PARAGRAPH_OPEN][0] not in labels  # the evidence is not
+
+    backend = HFBackend(cfg, batch_size=2)
+    text, n, _ = backend.decode(feats["input_ids"][0])
+    assert output in text and T.parse_output(text[text.index(T.RETRIEVE):]).support == T.FULLY
+
+
+def test_format_and_parse_are_inverse_and_refuse_incomplete_outputs():
+    out = T.format_output("A.", retrieval=T.RETRIEVE, utility="[Utility:4]", evidence="ev", relevance=T.IRRELEVANT,
+                          support=T.FULLY)
+    assert out == "[Retrieval]<paragraph>ev</paragraph>[Irrelevant]A.[Utility:4]"  # SUP only after [Relevant]
+    seg = T.parse_output(out)
+    assert (seg.retrieval, seg.evidence, seg.relevance, seg.support, seg.utility, seg.answer) == (
+        T.RETRIEVE, "ev", T.IRRELEVANT, None, "[Utility:4]", "A.")
+    assert T.parse_output(T.format_output("B.", retrieval=T.NO_RETRIEVE, utility="[Utility:2]")).answer == "B."
+    with pytest.raises(ValueError, match="support token"):
+        T.format_output("A.", retrieval=T.RETRIEVE, utility="[Utility:4]", evidence="ev", relevance=T.RELEVANT)
+    assert T.read_choice(" [Relevant]</s>", "relevance") == T.RELEVANT
+    assert T.read_choice("[Continue to Use Evidence]", "retrieval") is None  # not a critic choice
+    assert T.read_choice("Yes [Relevant]", "relevance") is None and T.read_choice("[Relevant]", "support") is None
+
+
+def test_critique_scores_follow_appendix_4():
+    assert T.retrieval_score({T.RETRIEVE: 0.1, T.NO_RETRIEVE: 0.3}) == pytest.approx(0.25)
+    assert T.relevance_score({T.RELEVANT: 0.2, T.IRRELEVANT: 0.2}) == pytest.approx(0.5)
+    assert T.support_score({T.FULLY: 0.5, T.PARTIALLY: 0.3, T.NO_SUPPORT: 0.2}) == pytest.approx(0.65)
+    probs = dict(zip(T.TYPES["utility"], (0.0, 0.0, 0.2, 0.2, 0.6)))
+    assert T.utility_score(probs) == pytest.approx(0.5 * 0.2 + 1.0 * 0.6)
+    assert T.utility_score({}) == pytest.approx(0.0)  # no mass at all: uniform, whose weights sum to 0
+
+
+def test_read_option_from_free_text():
+    options = {"A": "Lessopathy", "B": "Dredoxemia"}
+    assert read_option("The answer is B: Dredoxemia.", options) == "B"
+    assert read_option("It is most likely dredoxemia.", options) == "B"
+    assert read_option("Either Lessopathy or Dredoxemia.", options) is None and read_option("", options) is None
+
+
+# ------------------------------------------------------------------------------------------------ stages
+@pytest.fixture(scope="module")
+def world():
+    from omnimed.knowledge.corpus import world_of
+
+    return world_of(TINY_KB)
+
+
+@pytest.fixture(scope="module")
+def kb(tmp_path_factory):
+    from omnimed.knowledge.build import build_knowledge_base
+
+    return build_knowledge_base(TINY_KB, tmp_path_factory.mktemp("kb"), progress=False)
+
+
+class Counting:
+    """Wraps a backend: counts generate calls and can fail after some, or garble some replies."""
+
+    def __init__(self, inner, fail_after: int | None = None, garble=lambda req: False) -> None:
+        self.inner, self.fail_after, self.garble, self.calls = inner, fail_after, garble, 0
+        self.name, self.model_id = inner.name, inner.model_id
+
+    def generate(self, requests, params):
+        self.calls += 1
+        if self.fail_after is not None and self.calls > self.fail_after:
+            raise RuntimeError("teacher went away")
+        out = self.inner.generate(requests, params)
+        return [[Generation("I am not sure.")] if self.garble(r) else g for r, g in zip(requests, out)]
+
+
+def test_critic_data_labels_splits_resumes_and_is_not_redone(tmp_path, world, kb):
+    cfg = CriticDataConfig(n_examples=20, evidence_k=2, batch_size=5, dev_fraction=0.3)
+    oracle = OracleBackend(world)
+    flaky = Counting(oracle, fail_after=2)
+    with pytest.raises(RuntimeError, match="went away"):
+        build_critic_data(cfg, teacher=flaky, kb=kb, knowledge=TINY_KB, root=tmp_path, progress=False, log=quiet)
+    resumed = Counting(oracle)
+    result = build_critic_data(cfg, teacher=resumed, kb=kb, knowledge=TINY_KB, root=tmp_path, progress=False,
+                               log=quiet)
+    assert resumed.calls == 2  # the two batches done before the failure were kept, not asked again
+    fresh = build_critic_data(cfg, teacher=oracle, kb=kb, knowledge=TINY_KB, root=tmp_path / "fresh",
+                              progress=False, log=quiet)
+    lines = (result.path / "records.jsonl").read_text()
+    assert lines == (fresh.path / "records.jsonl").read_text()  # interrupted + resumed == uninterrupted
+
+    records = read_records(result.path / "records.jsonl", InstructionExample)
+    assert result.counts["dropped"] == 0
+    per = {}
+    for r in records:
+        per.setdefault(r.metadata["source_id"], []).append(r.metadata["type"])
+    assert len(per) == 20
+    for kinds in per.values():  # RET and USE once; REL and SUP once per retrieved passage (at most evidence_k)
+        assert kinds.count("retrieval") == kinds.count("utility") == 1
+        assert kinds.count("relevance") == kinds.count("support") <= 2
+    assert sum(k.count("relevance") for k in per.values()) > 20
+    for r in records:  # every output is one of its type's tokens and agrees with the oracle
+        kind = r.metadata["type"]
+        assert r.output in T.CRITIC_CHOICES[kind]
+    splits = {}
+    for r in records:
+        splits.setdefault(r.metadata["source_id"], set()).add(r.metadata["split"])
+    assert all(len(s) == 1 for s in splits.values())  # one source example never straddles train and dev
+    assert {"train", "dev"} == {s for v in splits.values() for s in v}
+    assert any(r.metadata["mismatched"] for r in records)
+
+    again = Counting(oracle)
+    assert build_critic_data(cfg, teacher=again, kb=kb, knowledge=TINY_KB, root=tmp_path, progress=False,
+                             log=quiet).reused and again.calls == 0
+
+
+def test_teacher_replies_without_a_token_are_dropped_and_counted(tmp_path, world, kb):
+    cfg = CriticDataConfig(n_examples=10, evidence_k=1, batch_size=10)
+    garbling = Counting(OracleBackend(world), garble=lambda r: r.meta["task"] == "support")
+    result = build_critic_data(cfg, teacher=garbling, kb=kb, knowledge=TINY_KB, root=tmp_path, progress=False,
+                               log=quiet)
+    relevance = sum(v for k, v in result.counts.items() if k.startswith("relevance/"))
+    assert result.counts["dropped"] == relevance > 0  # each support reply was garbled: one drop per passage
+    assert not any(k.startswith("support/") for k in result.counts)
+
+
+def test_generator_data_layout_and_critic_mispredictions_are_filtered(tmp_path, world, kb):
+    cfg = GeneratorDataConfig(top_k=2, batch_size=8)
+    # the critic writes a token outside the defined set for one example's utility
+    victim = world.splits["train"]["instruction"][3]
+    critic = Counting(OracleBackend(world),
+                      garble=lambda r: r.meta["task"] == "utility" and r.meta["question_id"] == victim)
+    result = build_generator_data(cfg, critic=critic, kb=kb, knowledge=TINY_KB, root=tmp_path, progress=False,
+                                  log=quiet)
+    records = read_records(result.path / "records.jsonl", InstructionExample)
+    n_train = len(world.splits["train"]["instruction"])
+    assert result.counts == {**result.counts, "kept": n_train - 1, "dropped": 1, "dropped/utility": 1}
+    assert victim not in {r.id for r in records}
+    for r in records:
+        seg = T.parse_output(r.output)
+        assert seg.retrieval == r.labels.retrieval and seg.utility == r.labels.utility
+        if seg.retrieval == T.RETRIEVE:
+            assert seg.evidence and seg.relevance in T.RELEVANCE_LABELS
+            assert (seg.support is not None) == (seg.relevance == T.RELEVANT)
+        else:
+            assert seg.evidence is None and r.output.startswith(T.NO_RETRIEVE)
+        source = next(e for e in world.instructions if e.id == r.id)
+        assert seg.answer == " ".join(source.output.split())
+    assert result.counts["retrieval"] > 0 and result.counts["retrieval"] < result.counts["kept"]
+
+
+# ------------------------------------------------------------------------------------------------ inference
+def _mcqs(world) -> list[MultipleChoiceQuestion]:
+    return [q for q in world.questions if q.split == "test"]
+
+
+def test_oracle_generator_retrieves_and_answers_from_the_best_passage(world, kb):
+    cfg = SelfBioRAGConfig(retrieval="adaptive", top_k=3, domain_method="bm25")
+    outs = SelfBioRAG(cfg, OracleBackend(world), kb).answer(_mcqs(world))
+    assert outs and all(o.retrieved and o.correct for o in outs)
+    for o in outs:
+        best = max(o.candidates, key=lambda c: c.score)
+        assert o.raw == best.text and len(o.candidates) == 3
+        assert best.score == pytest.approx(cfg.w_rel * best.s_rel + cfg.w_sup * best.s_sup + cfg.w_use * best.s_use)
+
+
+class FixedRetrieval:
+    """A generator whose p([Retrieval]) is given per question; everything else comes from the oracle."""
+
+    def __init__(self, inner, p: dict[str, float]) -> None:
+        self.inner, self.p, self.name, self.model_id = inner, p, "fixed", "fixed"
+
+    def next_token_logprobs(self, requests, tokens):
+        import math
+
+        if set(tokens) == {T.RETRIEVE, T.NO_RETRIEVE}:
+            return [{T.RETRIEVE: math.log(self.p[r.meta["question_id"]]),
+                     T.NO_RETRIEVE: math.log(1 - self.p[r.meta["question_id"]])} for r in requests]
+        return self.inner.next_token_logprobs(requests, tokens)
+
+    def generate(self, requests, params):
+        return self.inner.generate(requests, params)
+
+
+def test_retrieval_rate_responds_to_delta_and_modes(world, kb):
+    questions = _mcqs(world)
+    p = {q.id: (i + 0.5) / len(questions) for i, q in enumerate(questions)}
+    backend = FixedRetrieval(OracleBackend(world), p)
+    rates = []
+    for delta in (0.0, 0.3, 0.7, 1.0):
+        outs = SelfBioRAG(SelfBioRAGConfig(delta=delta, top_k=2, domain_method="bm25"), backend, kb).answer(questions)
+        assert [o.retrieved for o in outs] == [p[q.id] > delta for q in questions]
+        rates.append(sum(o.retrieved for o in outs) / len(outs))
+    assert rates[0] == 1.0 and rates[-1] == 0.0 and rates == sorted(rates, reverse=True)
+    never = SelfBioRAG(SelfBioRAGConfig(retrieval="never"), backend, None).answer(questions)
+    assert not any(o.retrieved or o.candidates for o in never)
+    always = SelfBioRAG(SelfBioRAGConfig(retrieval="always", top_k=2, domain_method="bm25"), backend, kb).answer(questions)
+    assert all(o.retrieved and len(o.candidates) == 2 for o in always)
+    with pytest.raises(ValueError, match="pipeline.retrieval"):
+        SelfBioRAG(SelfBioRAGConfig(retrieval="sometimes"), backend, kb)
+
+
+def test_switches_choose_corpus_retriever_and_models():
+    cfg = SelfBioRAGConfig(generator="g", baseline_generator="b", critic="c", baseline_critic="bc")
+    assert (cfg.sources, cfg.method, cfg.generator_model, cfg.critic_model) == (
+        ["book", "guideline", "research"], "dense", "g", "c")
+    cfg = SelfBioRAGConfig(domain_corpus=False, domain_retriever=False, domain_instructions=False,
+                           generator="g", baseline_generator="b", critic="c", baseline_critic="bc")
+    assert (cfg.sources, cfg.method, cfg.generator_model, cfg.critic_model) == (["wiki"], "bm25", "b", "bc")
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+def run(app: str, tmp: Path, *overrides: str, timeout: int = 600) -> Path:
+    """Run an omnimed app in ``tmp``; returns its Hydra run directory (where metrics.json goes)."""
+    out = tmp / "runs" / f"{app}-{len(list(tmp.glob('runs/*')))}"
+    env = {**os.environ, "WANDB_MODE": "offline"}
+    res = subprocess.run([str(BIN / app), f"paths.root={tmp}", f"hydra.run.dir={out}", *overrides], cwd=tmp,
+                         capture_output=True, text=True, timeout=timeout, env=env)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return out
+
+
+TINY_WORLD = ["knowledge=world_tiny", "knowledge.indexes=[bm25]", "knowledge.retriever=bm25"]
+
+
+@pytest.fixture(scope="module")
+def critic_run(tmp_path_factory):
+    """Critic data (oracle), a tiny critic trained on it, and Table 9's metrics for it and for its untrained base."""
+    tmp = tmp_path_factory.mktemp("critic")
+    data = tmp / "builds" / "critic"
+    run("omnimed-build", tmp, "stage=selfbiorag_critic_data", *TINY_WORLD, "stage.n_examples=34",
+        "stage.evidence_k=2", f"stage.out={data}")
+    run("omnimed-train", tmp, "task=critic", "model=tiny-llama", "data=records", f"data.path={data}", "logger=csv",
+        "task.lr=5e-3", "task.max_length=384", "data.batch_size=8", "trainer.max_epochs=-1", "trainer.max_steps=60",
+        "trainer.val_check_interval=null", "trainer.checkpoint_every_n_steps=60", "run_name=tiny-critic",
+        "model.lora.enabled=false")
+    metrics = {}
+    for name, extra in (("untrained", []), ("trained", [f"pipeline.critic={tmp}/checkpoints/critic/tiny-critic/hf"])):
+        out = run("omnimed-evaluate", tmp, "task=critic_accuracy", f"task.data={data}", "task.split=train",
+                  "pipeline=selfbiorag", "model=tiny-llama", *TINY_WORLD, "logger=csv", *extra)
+        metrics[name] = json.loads((out / "metrics.json").read_text())
+    return tmp, data, metrics
+
+
+def test_trained_critic_learns_every_token_type_and_beats_its_untrained_base(critic_run):
+    _, _, m = critic_run
+    for kind in ("utility", "retrieval", "relevance", "support"):
+        assert m["trained"][f"{kind}/accuracy"] >= m["untrained"][f"{kind}/accuracy"], kind
+        assert m["trained"][f"{kind}/accuracy"] >= m["trained"][f"{kind}/majority"] - 1e-9, kind
+    assert m["trained"]["accuracy"] > m["untrained"]["accuracy"]
+    assert m["trained"]["n"] == m["untrained"]["n"] > 100
+
+
+def test_generator_checkpoint_reloads_with_from_pretrained_and_writes_reflective_tokens(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    data = tmp_path / "builds" / "generator"
+    run("omnimed-build", tmp_path, "stage=selfbiorag_generator_data", "backend=oracle", *TINY_WORLD,
+        "stage.top_k=1", f"stage.out={data}")
+    run("omnimed-train", tmp_path, "task=generator", "model=tiny-llama", "model.lora.enabled=false", "data=records",
+        f"data.path={data}", "logger=csv", "task.lr=5e-3", "task.max_length=384", "data.batch_size=8",
+        "trainer.max_epochs=-1", "trainer.max_steps=40", "trainer.val_check_interval=null",
+        "trainer.checkpoint_every_n_steps=40", "run_name=tiny-generator")
+    hf = tmp_path / "checkpoints" / "generator" / "tiny-generator" / "hf"
+    tok = AutoTokenizer.from_pretrained(hf)
+    model = AutoModelForCausalLM.from_pretrained(hf)
+    assert all(len(tok(t, add_special_tokens=False)["input_ids"]) == 1 for t in T.SPECIAL_TOKENS)
+    example = read_records(data / "records.jsonl", InstructionExample)[0]
+    from omnimed.training.tokenize import format_example
+
+    prompt = format_example(example, tok)["prompt"]
+    ids = tok(prompt, return_tensors="pt", add_special_tokens=False)
+    out = model.generate(**ids, max_new_tokens=8, do_sample=False)
+    text = tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=False)
+    assert any(t in text for t in (T.RETRIEVE, T.NO_RETRIEVE)), text
+
+
+def test_table_reproduced_through_prepare_steps_in_one_w_and_b_group(tmp_path):
+    """A Table-9 style manifest whose prepare steps build the critic data and train a tiny critic: the table is
+    filled per column from one run per row, every run is in the table's group, and a rerun prepares nothing."""
+    exp = tmp_path / "experiments" / "demo"
+    (exp / "recipes").mkdir(parents=True)
+    data = "builds/critic"
+    (exp / "recipes" / "critic.yaml").write_text(yaml.safe_dump([
+        {"name": "critic data", "command": ["omnimed-build", "stage=selfbiorag_critic_data", *TINY_WORLD,
+                                            "stage.n_examples=12", "stage.evidence_k=1",
+                                            "stage.out=${paths.root}/" + data],
+         "creates": f"{data}/manifest.json"},
+        {"name": "critic training", "command": ["omnimed-train", "task=critic", "model=tiny-llama", "data=records",
+                                                "data.path=${paths.root}/" + data, "logger=csv", "ckpt_path=auto",
+                                                "run_name=demo-critic", "trainer.max_epochs=-1",
+                                                "trainer.max_steps=4", "trainer.val_check_interval=null",
+                                                "task.max_length=384"],
+         "creates": "checkpoints/critic/demo-critic/hf"},
+    ]))
+    columns = {"Utility": "utility/accuracy", "Retrieval": "retrieval/accuracy"}
+    manifest = {
+        "paper": "demo", "table": "table9", "title": "critic accuracy", "source": "made up for a test",
+        "metric": "accuracy", "metrics": columns, "task": "critic_accuracy", "scale": 100,
+        "columns": list(columns),
+        "datasets": {"miniature": {c: "critic_dev" for c in columns}},
+        "presets": {"miniature": ["model=tiny-llama", *TINY_WORLD, "logger=wandb",
+                                  f"task.data=${{paths.root}}/{data}", "task.split=train"]},
+        "prepare": {"miniature": ["recipes/critic.yaml"]},
+        "rows": [
+            {"name": "untrained", "method": "selfbiorag", "overrides": ["pipeline=selfbiorag"],
+             "published": {"Utility": 50.0, "Retrieval": 50.0}},
+            {"name": "trained", "method": "selfbiorag",
+             "overrides": ["pipeline=selfbiorag", "pipeline.critic=${paths.root}/checkpoints/critic/demo-critic/hf"],
+             "published": {"Utility": 60.0, "Retrieval": None}},
+        ],
+    }
+    path = exp / "table9.yaml"
+    path.write_text(yaml.safe_dump(manifest, sort_keys=False))
+    env = {**os.environ, "WANDB_MODE": "offline"}
+    res = subprocess.run([str(BIN / "omnimed-reproduce"), str(path), f"paths.root={tmp_path}"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=900, env=env)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    rows = list(csv.DictReader((exp / "results" / "table9.csv").open()))
+    assert {(r["row"], r["column"]) for r in rows if r["status"] == "measured"} == {
+        (row, col) for row in ("untrained", "trained") for col in columns}
+    assert (exp / "results" / "runs" / "table9" / "prepare-critic-training.log").is_file()
+    cmp = subprocess.run([str(BIN / "omnimed-compare"), str(exp / "results" / "runs" / "table9"), "--group",
+                          "demo-table9", "--metrics", "utility/accuracy", "--out", str(tmp_path / "cmp")],
+                         capture_output=True, text=True, timeout=300)
+    assert cmp.returncode == 0, cmp.stderr[-2000:]
+    assert len((tmp_path / "cmp" / "compare.csv").read_text().splitlines()) == 3  # header + both rows' runs
+
+    again = subprocess.run([str(BIN / "omnimed-reproduce"), str(path), f"paths.root={tmp_path}", "--dry-run"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert again.returncode == 0 and "prepare critic training" in again.stdout + again.stderr

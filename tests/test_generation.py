@@ -364,3 +364,29 @@ def test_openai_scoring_needs_logprobs_and_tokenize(key_env):
     with fake_openai_server(Script(tokenize=False)) as (url, _):
         with pytest.raises(GenerationError, match="no /tokenize"):
             _client(url, key_env).next_token_logprobs([Request("ab")], ["c"])
+
+
+def test_openai_cache_keys_the_server_and_extra_body_but_no_secret(key_env, tmp_path):
+    """The served model name alone is not the model: another server, or another ``extra_body`` (vLLM's
+    ``skip_special_tokens``), must be asked again, not answered from a stale cache entry."""
+    reqs, params = [Request("hi"), Request(CHAT)], SamplingParams(max_new_tokens=4)
+    with fake_openai_server() as (url_a, rec_a), fake_openai_server() as (url_b, rec_b):
+        first = CachedBackend(_client(url_a, key_env), tmp_path)
+        first.generate(reqs, params)
+        assert len(rec_a.paths) == 2
+        CachedBackend(_client(url_a, key_env), tmp_path).generate(reqs, params)
+        assert len(rec_a.paths) == 2  # same server, same options: from the cache
+        other_server = CachedBackend(_client(url_b, key_env), tmp_path)
+        other_server.generate(reqs, params)
+        assert len(rec_b.paths) == 2 and other_server.misses == 2
+        raw = CachedBackend(_client(url_a, key_env, extra_body={"skip_special_tokens": False}), tmp_path)
+        raw.generate(reqs, params)
+        assert len(rec_a.paths) == 4 and raw.misses == 2
+        assert rec_a.bodies[-1]["skip_special_tokens"] is False
+        # a trailing slash is the same server
+        assert CachedBackend(_client(url_a + "/", key_env), tmp_path).identity == first.identity
+    # no credential in what keys the cache: not the key from the environment, not a password in the URL
+    with_password = _client("http://user:s3cret@127.0.0.1:9/v1?token=abc", key_env)
+    identity = CachedBackend(with_password, tmp_path).identity
+    assert "s3cret" not in identity and "abc" not in identity and KEY not in identity
+    assert identity == "served@http://127.0.0.1:9/v1#{}"

@@ -12,6 +12,7 @@ import logging
 import os
 import secrets
 import socket
+from pathlib import Path
 
 import pytest
 import torch
@@ -145,3 +146,53 @@ def test_inprocess_vllm_backend_matches_hf(vllm_python, hf):
     assert got["score"] == pytest.approx(hf.score(PROMPTS, CONTINUATIONS), abs=1e-3)
     for s, h in zip(got["next_token"], hf.next_token_logprobs(PROMPTS, CANDIDATES)):
         assert s == pytest.approx(h, abs=1e-3)
+
+
+# ------------------------------------------------------------------------------------------------ Self-BioRAG
+@pytest.fixture(scope="module")
+def reflective_smollm2(tmp_path_factory) -> Path:
+    """SmolLM2 with Self-BioRAG's tokens added and their rows set apart by seeded noise (so each context gives them
+    different probabilities), saved as a plain safetensors folder that vLLM and transformers both load."""
+    from omnimed.methods.selfbiorag.tokens import SPECIAL_TOKENS
+    from omnimed.models.loading import load_causal_lm, load_tokenizer
+
+    cfg = ModelConfig(special_tokens=list(SPECIAL_TOKENS))
+    tok = load_tokenizer(cfg)
+    model = load_causal_lm(cfg, tok, for_training=False)
+    ids = tok.convert_tokens_to_ids(list(SPECIAL_TOKENS))
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        emb = model.get_input_embeddings().weight
+        emb[ids] += 0.5 * emb.std() * torch.randn(len(ids), emb.shape[1], generator=gen)
+    out = tmp_path_factory.mktemp("reflective-smollm2")
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def test_selfbiorag_through_the_vllm_server_decides_and_scores_like_hf(vllm_python, key, reflective_smollm2, tmp_path):
+    """Self-BioRAG's inference reads reflective-token probabilities through vLLM's server (echoed log-probabilities:
+    the added tokens rank far below any top-k) and reaches the same decisions and critique scores as transformers."""
+    from omnimed.knowledge.build import build_knowledge_base
+    from omnimed.knowledge.config import KnowledgeConfig
+    from omnimed.knowledge.corpus import world_of
+    from omnimed.methods.selfbiorag.inference import SelfBioRAG, SelfBioRAGConfig
+
+    knowledge = KnowledgeConfig(name="world_tiny", world_size="tiny", indexes=["bm25"], retriever="bm25")
+    kb = build_knowledge_base(knowledge, tmp_path, progress=False)
+    questions = [q for q in world_of(knowledge).questions if q.split == "test"]
+    cfg = SelfBioRAGConfig(retrieval="adaptive", delta=0.2, top_k=2, domain_method="bm25")
+    srv = start_server(reflective_smollm2, served_name="selfbiorag-smollm2", api_key=key, python=vllm_python)
+    try:
+        served = SelfBioRAG(cfg, OpenAIBackend(srv.url, srv.model, api_key_env=KEY_ENV, timeout=120), kb)
+        via_vllm = served.answer(questions)
+    finally:
+        srv.stop()
+    local = SelfBioRAG(cfg, HFBackend(str(reflective_smollm2), batch_size=4), kb).answer(questions)
+    assert len({round(o.p_retrieve, 3) for o in local}) > 1  # the noisy rows make the decision depend on the question
+    for v, h in zip(via_vllm, local):
+        assert v.p_retrieve == pytest.approx(h.p_retrieve, abs=1e-3)
+        assert (v.retrieved, v.prediction) == (h.retrieved, h.prediction)
+        for cv, ch in zip(v.candidates, h.candidates):
+            assert (cv.passage_id, cv.relevance, cv.letter) == (ch.passage_id, ch.relevance, ch.letter)
+            assert cv.score == pytest.approx(ch.score, abs=2e-3)

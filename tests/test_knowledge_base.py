@@ -442,3 +442,182 @@ def test_interrupted_embedding_resumes_and_matches_a_fresh_build(kb, tmp_path, m
         for a, b in zip(fresh, again):
             assert [h.passage.id for h in a] == [h.passage.id for h in b]
             assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-5)
+
+
+# ------------------------------------------------------------------------------------------------ dense backends
+def _close(kb: KnowledgeBase) -> None:
+    """Release Qdrant clients (local storage allows one client at a time)."""
+    for index in kb.text_sources.values():
+        if hasattr(index.dense, "close"):
+            index.dense.close()
+
+
+@pytest.mark.parametrize("kind", ["qdrant", "ivfpq"])
+def test_dense_backend_chosen_by_config_is_built_searched_and_reused(kb, root, world, kind):
+    """``knowledge.dense.index`` selects Qdrant (local on-disk) or FAISS IVF-PQ; both are searched through the
+    knowledge base like the default flat index, and a second build reopens them instead of rebuilding."""
+    from omnimed.knowledge.dense import FaissIndex
+    from omnimed.knowledge.qdrant import QdrantIndex
+
+    cfg = tiny(name=f"dense_{kind}", sources=["wiki", "book"], dense=DenseConfig(index=kind, nprobe=64))
+    questions = {s: [q for q, _, source in text_golds(world) if source == s] for s in ("wiki", "book")}
+    first, report = build(cfg, root)
+    try:
+        assert built(report) == {"wiki": ["passages", "bm25", "dense"], "book": ["passages", "bm25", "dense"]}
+        for row in report:
+            manifest = json.loads(Path(row["directory"], "manifest.json").read_text())
+            assert manifest["dense"]["index"] == kind and manifest["dense"]["settings"]["index"] == kind
+        for source, qs in questions.items():
+            dense = first.text_sources[source].dense
+            if kind == "qdrant":
+                assert isinstance(dense, QdrantIndex) and dense.mode == "local"
+                assert dense.storage.is_relative_to(root / "indexes" / cfg.name)
+            else:
+                assert isinstance(dense, FaissIndex) and dense.kind == "ivfpq"
+            flat = kb.search_batch(source, qs, 5, method="dense", rerank=False)  # the module's flat FAISS base
+            got = first.search_batch(source, qs, 5, method="dense", rerank=False)
+            assert all(h.retriever == "dense" and h.source == source for hits in got for h in hits)
+            if kind == "qdrant":  # exact search, cosine on unit vectors: the same ranking as flat inner product
+                for a, b in zip(got, flat):
+                    assert [h.passage.id for h in a] == [h.passage.id for h in b]
+                    assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-4)
+            else:  # compressed (on ~30 vectors: 1-bit PQ codes), yet its top hit is among flat search's top 5
+                agree = sum(a[0].passage.id in {h.passage.id for h in b} for a, b in zip(got, flat))
+                assert agree >= 0.8 * len(qs), (agree, len(qs))
+            hybrid = first.search_batch(source, qs, 5, method="hybrid", rerank=False)
+            golds = [pid for q, pid, s in text_golds(world) if s == source]
+            assert sum(pid in {h.doc_id for h in hits} for pid, hits in zip(golds, hybrid)) >= 0.8 * len(golds)
+        before = first.search_batch("wiki", questions["wiki"], 5, method="dense", rerank=False)
+    finally:
+        _close(first)
+    again, report = build(cfg, root)
+    try:
+        assert all(row["built"] == [] for row in report), report
+        after = again.search_batch("wiki", questions["wiki"], 5, method="dense", rerank=False)
+        assert [[h.passage.id for h in hits] for hits in after] == [[h.passage.id for h in hits] for hits in before]
+    finally:
+        _close(again)
+
+
+@pytest.fixture
+def qdrant_server(tmp_path, monkeypatch):
+    """A stand-in for a Qdrant server: every ``url=`` connection opens one shared local on-disk storage, so, as on
+    a server, the indexes of every build share one collection namespace. Returns the urls connected to."""
+    from qdrant_client import QdrantClient
+
+    from omnimed.knowledge import qdrant as qdrant_module
+
+    storage, urls = tmp_path / "qdrant-server", []
+
+    def connect(url, api_key_env, timeout):
+        urls.append(url)
+        return QdrantClient(path=str(storage))
+
+    monkeypatch.setattr(qdrant_module, "_open_server", connect)
+    return urls
+
+
+def test_qdrant_server_keeps_the_indexes_of_two_encoders_apart(root, world, qdrant_server):
+    """Bug: on a server the collection was named from the source directory only, so building the same source
+    with a second encoder overwrote the first encoder's collection; reopening the first index then passed the
+    load checks (its meta.json and point count were unchanged) and searched the second encoder's vectors."""
+    url = "http://qdrant.test:6333"
+
+    def cfg(**dense):
+        return tiny(name="qdrant_server", sources=["wiki"], indexes=["dense"], retriever="dense",
+                    dense=DenseConfig(index="qdrant", qdrant_url=url, **dense))
+
+    questions = [q for q, _, source in text_golds(world) if source == "wiki"]
+
+    def ranked(kb):
+        return [[(h.passage.id, h.score) for h in hits] for hits in kb.search_batch("wiki", questions, 5)]
+
+    minilm, report = build(cfg(), root)
+    try:
+        assert built(report)["wiki"][-1] == "dense"
+        first, first_collection = ranked(minilm), minilm.text_sources["wiki"].dense.collection
+        assert minilm.text_sources["wiki"].dense.mode == "server"
+    finally:
+        _close(minilm)
+    prefixed, report = build(cfg(doc_prefix="passage: "), root)  # another encoder: other document vectors
+    try:
+        assert built(report) == {"wiki": ["dense"]}
+        second_collection = prefixed.text_sources["wiki"].dense.collection
+        assert ranked(prefixed) != first
+    finally:
+        _close(prefixed)
+
+    again, report = build(cfg(), root)  # back to the first encoder: its collection is intact and reused
+    try:
+        assert built(report) == {"wiki": []}
+        after = ranked(again)
+        assert [[i for i, _ in hits] for hits in after] == [[i for i, _ in hits] for hits in first]
+        for hits, expected in zip(after, first):
+            assert [s for _, s in hits] == pytest.approx([s for _, s in expected], abs=1e-5)
+    finally:
+        _close(again)
+    assert set(qdrant_server) == {url}
+    assert first_collection != second_collection
+    src_dir = Path(report[0]["directory"])
+    for collection in (first_collection, second_collection):  # named by source key and dense key, valid for Qdrant
+        dense_dir = collection.rsplit("-dense-", 1)[1]
+        assert collection == f"omnimed-qdrant_server-{src_dir.name}-dense-{dense_dir}"
+        assert (src_dir / f"dense-{dense_dir}" / "meta.json").is_file()
+
+
+# ------------------------------------------------------------------------------------------------ chunking
+def test_per_source_chunking_from_command_line_overrides(tmp_path):
+    """Bug: ``knowledge.chunking`` was a free dict, so ``knowledge.chunking.book...`` could be set in a YAML file
+    but every command-line form (``knowledge.chunking.book.size=16``, ``+knowledge.chunking.book={...}``) failed."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import ConfigCompositionException
+    from omegaconf import OmegaConf
+
+    from omnimed.cli.common import conf_dir
+    from omnimed.cli.schema import register_evaluate_configs
+
+    overrides = ["knowledge=world_tiny", "knowledge.name=chunked", "knowledge.sources=[book,research,wiki]",
+                 "knowledge.indexes=[bm25]", "knowledge.retriever=bm25",
+                 "knowledge.chunking.book.size=16", "knowledge.chunking.book.overlap=4",
+                 "knowledge.chunking.research={unit: chars, size: 120, overlap: 0}"]
+    register_evaluate_configs()
+    with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
+        composed = {name: OmegaConf.to_object(compose(name, overrides=overrides).knowledge)
+                    for name in ("index", "evaluate")}
+        plain = OmegaConf.to_object(compose("index", overrides=["knowledge=realdata"]).knowledge)
+        realdata_book = OmegaConf.to_object(
+            compose("index", overrides=["knowledge=realdata", "knowledge.chunking.book.size=500"]).knowledge)
+        with pytest.raises(ConfigCompositionException):
+            compose("index", overrides=["knowledge=world_tiny", "knowledge.chunking.pubmed.size=16"])
+    cfg = composed["index"]
+    assert isinstance(cfg, KnowledgeConfig)
+    for knowledge in composed.values():
+        assert knowledge.chunking_for("book") == ChunkingConfig(unit="words", size=16, overlap=4)
+        assert knowledge.chunking_for("research") == ChunkingConfig(unit="chars", size=120, overlap=0)
+        assert knowledge.chunking_for("wiki") == ChunkingConfig()  # the default: 128 words, 32 overlap
+    # a source's unset fields come from the YAML's default (realdata: chunks of at most 1000 characters)
+    assert plain.chunking_for("book") == ChunkingConfig(unit="chars", size=1000, overlap=0)
+    assert realdata_book.chunking_for("book") == ChunkingConfig(unit="chars", size=500, overlap=0)
+    assert realdata_book.chunking_for("wiki") == ChunkingConfig(unit="chars", size=1000, overlap=0)
+
+    kb, report = build(cfg, tmp_path)
+    rows = {row["source"]: row for row in report}
+    book, research = (kb.text_sources[s].passages for s in ("book", "research"))
+    assert rows["book"]["passages"] > 2 * rows["book"]["documents"]  # ~25-60-word sections in 16-word windows
+    assert max(len(p.text.split()) for p in book) <= 16
+    assert rows["research"]["passages"] > rows["research"]["documents"]
+    assert max(len(p.text) for p in research) <= 120 and max(len(p.text.split()) for p in research) > 16
+    assert rows["wiki"]["passages"] == rows["wiki"]["documents"]  # <= 31 words: whole under the default
+    for source, passages in (("book", book), ("research", research)):
+        manifest = json.loads(Path(rows[source]["directory"], "manifest.json").read_text())
+        assert manifest["chunking"] == dataclasses.asdict(cfg.chunking_for(source))
+    hits = kb.search("book", "Groshulide mechanism of action", 3)
+    assert hits and all(h.passage.id != h.doc_id and len(h.passage.text.split()) <= 16 for h in hits)
+
+
+def test_chunking_accepts_the_older_dict_form_and_names_unknown_sources():
+    cfg = tiny(chunking={"default": ChunkingConfig(unit="chars", size=300, overlap=0), "wiki": {"size": 50}})
+    assert cfg.chunking_for("wiki") == ChunkingConfig(unit="chars", size=50, overlap=0)
+    assert cfg.chunking_for("book") == ChunkingConfig(unit="chars", size=300, overlap=0)
+    with pytest.raises(KnowledgeError, match=r"pubmed.*book"):
+        tiny(chunking={"pubmed": {"size": 50}})

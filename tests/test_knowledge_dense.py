@@ -385,3 +385,162 @@ def test_cross_encoder_hub_unreachable_says_how_to_go_local(monkeypatch: pytest.
     cross = CrossEncoderReranker("cross-encoder/omnimed-test-not-cached")
     with pytest.raises(KnowledgeError, match=r"hub is unreachable.*local-dir.*model_name_or_path"):
         cross.rerank("q", ["a"], 1)
+
+
+def same_ranking(got: list, expected: list) -> None:
+    assert [[i for i, _ in r] for r in got] == [[i for i, _ in r] for r in expected]
+    np.testing.assert_allclose([s for r in got for _, s in r], [s for r in expected for _, s in r], atol=1e-5)
+
+
+@pytest.fixture
+def qdrant_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A stand-in for a Qdrant server: every ``url=`` connection opens the same local on-disk storage, so, as on a
+    server, all indexes share one collection namespace that outlives each client. Local mode allows one client at
+    a time, so each index is closed before the next one connects. Returns the urls connected to."""
+    from qdrant_client import QdrantClient
+
+    from omnimed.knowledge import qdrant as qdrant_module
+
+    storage, urls = tmp_path / "qdrant-server", []
+
+    def connect(url: str, api_key_env: str | None, timeout: int | None) -> QdrantClient:
+        urls.append(url)
+        return QdrantClient(path=str(storage))
+
+    monkeypatch.setattr(qdrant_module, "_open_server", connect)
+    return urls
+
+
+def test_qdrant_server_collection_replaced_by_another_encoder_is_refused(
+    tmp_path: Path, qdrant_server: list[str]
+) -> None:
+    """Bug: on a server, ``meta.json`` is local while the collection is shared; load checked only ``meta.json``
+    and the point count, so a collection rebuilt by another encoder (same passages, same count) was searched
+    as if it held this index's vectors."""
+    url = "http://qdrant.test:6333"
+    minilm_fp = {"doc_model": {"name": "minilm-l6"}, "dim": 32}
+    medcpt_fp = {"doc_model": {"name": "medcpt-article"}, "dim": 32}
+    vectors, queries = unit_vectors(50, 32, seed=7), unit_vectors(3, 32, seed=8)
+    QdrantIndex.build(vectors, directory=tmp_path / "a", url=url, collection="wiki", encoder=minilm_fp).close()
+    with QdrantIndex.load(tmp_path / "a", minilm_fp) as index:  # untouched: loads and searches
+        assert index.mode == "server"
+        same_ranking(index.search(queries, 5), FaissIndex.build(vectors).search(queries, 5))
+    meta = json.loads((tmp_path / "a" / "meta.json").read_text())
+    assert meta["mode"] == "server" and not (tmp_path / "a" / "qdrant").exists()
+
+    # another index (another encoder, the same number of points) is built into the same collection
+    other = unit_vectors(50, 32, seed=9)
+    QdrantIndex.build(other, directory=tmp_path / "b", url=url, collection="wiki", encoder=medcpt_fp).close()
+    for expect in (minilm_fp, None):  # asked for minilm, or for whatever meta.json says
+        with pytest.raises(IndexMismatchError) as info:
+            QdrantIndex.load(tmp_path / "a", expect)
+        message = str(info.value)
+        assert "'wiki'" in message and "medcpt-article" in message and "minilm-l6" in message
+    with QdrantIndex.load(tmp_path / "b", medcpt_fp) as index:
+        same_ranking(index.search(queries, 5), FaissIndex.build(other).search(queries, 5))
+
+    # ... or with another dimension: refused by the collection's own vector size
+    QdrantIndex.build(unit_vectors(50, 16), url=url, collection="wiki", encoder=None).close()
+    with pytest.raises(IndexMismatchError, match=r"16-d.*32-d"):
+        QdrantIndex.load(tmp_path / "b", medcpt_fp)
+    assert qdrant_server and set(qdrant_server) == {url}
+
+
+def test_collection_names_are_valid_for_qdrant(tmp_path: Path) -> None:
+    from omnimed.knowledge.qdrant import collection_name
+
+    name = collection_name("omnimed", "my kb/v2:é", "wiki-0123456789ab", "dense-ba9876543210")
+    assert name == "omnimed-my_kb_v2-wiki-0123456789ab-dense-ba9876543210"
+    long = collection_name("omnimed", "x" * 400, "wiki-0123456789ab", "dense-ba9876543210")
+    assert len(long) == 255 and long.endswith("-wiki-0123456789ab-dense-ba9876543210")
+    with QdrantIndex.build(unit_vectors(5, 8), directory=tmp_path / "q", collection=name) as index:
+        assert index.search(unit_vectors(1, 8), 1)[0]
+
+
+# -- a real (tiny, random) cross-encoder ----------------------------------------------------------------------
+
+QUERIES = ["first-line drug for diabetes", "antibiotic for pneumonia", "chest pain with ST elevation"]
+
+
+@pytest.fixture(scope="module")
+def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer random BERT sequence classifier (one label) with a WordPiece tokenizer trained here: an ordinary
+    cross-encoder folder, as ``hf download cross-encoder/...`` would leave, but built offline."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import BertConfig, BertForSequenceClassification, PreTrainedTokenizerFast
+
+    folder = tmp_path_factory.mktemp("tiny-cross-encoder")
+    wordpiece = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    wordpiece.normalizer = normalizers.BertNormalizer(lowercase=True)
+    wordpiece.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    wordpiece.train_from_iterator(PASSAGES + QUERIES, trainers.WordPieceTrainer(vocab_size=400, special_tokens=special))
+    cls, sep = wordpiece.token_to_id("[CLS]"), wordpiece.token_to_id("[SEP]")
+    wordpiece.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    )
+    wordpiece.decoder = decoders.WordPiece()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=wordpiece, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
+        mask_token="[MASK]", model_max_length=512, model_input_names=["input_ids", "token_type_ids", "attention_mask"],
+    )
+    pair = tokenizer(QUERIES[0], PASSAGES[0])
+    assert tokenizer.unk_token_id not in pair["input_ids"] and set(pair["token_type_ids"]) == {0, 1}
+    tokenizer.save_pretrained(folder)
+    torch.manual_seed(0)
+    config = BertConfig(  # initializer_range 0.1: random scores far enough apart to order every candidate
+        vocab_size=wordpiece.get_vocab_size(), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=512, num_labels=1, initializer_range=0.1,
+    )
+    BertForSequenceClassification(config).save_pretrained(folder)
+    assert (folder / "model.safetensors").is_file()
+    return folder
+
+
+def test_cross_encoder_reranks_by_its_own_scores(tiny_cross_encoder: Path) -> None:
+    from sentence_transformers import CrossEncoder
+
+    reranker = build_reranker("cross_encoder", model_name_or_path=str(tiny_cross_encoder), batch_size=3)
+    assert isinstance(reranker, CrossEncoderReranker) and isinstance(reranker, Reranker)
+    reference = CrossEncoder(str(tiny_cross_encoder))  # the model called directly, not through our class
+    candidates = PASSAGES[:10]
+    for query in QUERIES:
+        ranking = reranker.rerank(query, candidates, top_k=4)
+        scores = np.asarray(reference.predict([(query, text) for text in candidates]), dtype=np.float64)
+        assert len(set(np.round(scores, 6))) == len(candidates)  # distinct scores: the order is well defined
+        expected = list(np.argsort(-scores)[:4])
+        assert [i for i, _ in ranking] == expected
+        np.testing.assert_allclose([s for _, s in ranking], scores[expected], rtol=1e-5)
+    # the random model's order is not the input order, so the comparison above is not trivially true
+    assert [i for i, _ in reranker.rerank(QUERIES[0], candidates, 10)] != list(range(10))
+    assert len(reranker.rerank(QUERIES[0], candidates[:2], 5)) == 2 and reranker.rerank("q", [], 3) == []
+    assert reranker.model is reranker.model  # loaded once
+
+
+def test_knowledge_base_reranks_with_a_local_cross_encoder(tmp_path: Path, tiny_cross_encoder: Path) -> None:
+    from sentence_transformers import CrossEncoder
+
+    from omnimed.knowledge.build import build_knowledge_base
+    from omnimed.knowledge.config import KnowledgeConfig, RerankConfig
+    from omnimed.knowledge.types import index_text
+
+    cfg = KnowledgeConfig(
+        name="cross_encoder", corpus="world", world_size="tiny", sources=["wiki"], indexes=["bm25"],
+        retriever="bm25",
+        rerank=RerankConfig(enabled=True, kind="cross_encoder", model=str(tiny_cross_encoder), candidates=8),
+    )
+    kb = build_knowledge_base(cfg, tmp_path, progress=False)
+    assert isinstance(kb.reranker, CrossEncoderReranker)
+    assert kb.reranker.model_name_or_path == str(tiny_cross_encoder)
+    reference = CrossEncoder(str(tiny_cross_encoder))
+    query = "symptoms and treatment of the disease"
+    candidates = kb.search("wiki", query, 8, rerank=False)
+    assert len(candidates) == 8
+    hits = kb.search("wiki", query, 3, rerank=True)
+    assert [h.rank for h in hits] == [1, 2, 3] and {h.retriever for h in hits} == {"bm25+rerank"}
+    scores = np.asarray(reference.predict([(query, index_text(h.passage)) for h in candidates]), dtype=np.float64)
+    order = np.argsort(-scores)[:3]
+    assert [h.passage.id for h in hits] == [candidates[i].passage.id for i in order]
+    np.testing.assert_allclose([h.score for h in hits], scores[order], rtol=1e-5)
+    assert [h.passage.id for h in hits] != [h.passage.id for h in candidates[:3]]  # it did reorder

@@ -155,3 +155,71 @@ def test_evaluate_qa_with_smollm2_writes_every_prediction(tmp_path):
     summary = json.loads(subprocess.run([str(BIN / "wandb"), "leet", "inspect", "--summary", "--json", str(run_file)],
                                         capture_output=True, text=True, check=True).stdout)
     assert summary["summary"]["accuracy"] == pytest.approx(metrics["accuracy"])
+
+
+def test_several_seeds_pool_the_interval_over_questions_and_count_missing_answers_per_seed(tmp_path, monkeypatch):
+    """Two seeds of a fake reader backend that answers differently per seed: the interval is that of the mean over
+    seeds (questions resampled, each with its mean correctness over the seeds), not the last seed's, and missing
+    answers are per seed like ``n``."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    from omnimed.cli.common import conf_dir
+    from omnimed.cli.schema import register_evaluate_configs
+    from omnimed.evaluation.datasets import DatasetRequest, load_eval_dataset
+    from omnimed.evaluation.qa import run_qa_evaluation, seed_summary
+    from omnimed.generation import factory
+
+    register_evaluate_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
+        cfg = compose("evaluate", overrides=[
+            "task=qa", "knowledge=world_tiny", "task.split=null", "task.limit=10", "task.seeds=[0,1]",
+            "pipeline=closed_book", "pipeline.answer_mode=generate", "pipeline.temperature=0.7", "logger=none",
+            f"paths.root={tmp_path}", f"paths.cache={tmp_path}/cache", f"paths.output_dir={tmp_path}/run"])
+    questions = load_eval_dataset(DatasetRequest("world_mcq", split=None, limit=10, world_size="tiny"))
+    assert len(questions) == 10
+    index = {q.id: i for i, q in enumerate(questions)}
+
+    class BySeed:
+        """seed 0: questions 0-7 right, 8-9 wrong; seed 1: 0-3 right, 4-5 no answer, 6-9 wrong."""
+
+        name, model_id = "by-seed", "fake"
+
+        def generate(self, requests, params):
+            out = []
+            for r in requests:
+                q = questions[index[r.meta["question_id"]]]
+                i = index[q.id]
+                right = q.answer[0]
+                wrong = next(k for k in q.options if k not in q.answer)
+                if params.seed == 0:
+                    text = f"<answer>{right if i < 8 else wrong}</answer>"
+                else:
+                    text = f"<answer>{right}</answer>" if i < 4 else ("not sure" if i < 6 else f"<answer>{wrong}</answer>")
+                out.append([Generation(text=text)])
+            return out
+
+    monkeypatch.setattr(factory, "build_backend", lambda *a, **k: BySeed())
+    result = run_qa_evaluation(OmegaConf.to_object(cfg), tmp_path / "run")
+    m = result.metrics
+    assert m["seeds"] == 2 and m["n"] == 10
+    assert m["accuracy/seed_0"] == pytest.approx(0.8) and m["accuracy/seed_1"] == pytest.approx(0.4)
+    assert m["accuracy"] == pytest.approx(0.6) and m["accuracy_std"] == pytest.approx(math.sqrt(0.08))
+    # per-question means over the seeds: 1 x4, 0.5 x4, 0 x2 -> population sd sqrt(0.14), SE sqrt(0.14 / 10)
+    assert m["accuracy_stderr"] == pytest.approx(math.sqrt(0.014))
+    assert m["accuracy_ci_low"] < 0.6 < m["accuracy_ci_high"]  # the last seed alone (0.4) would miss the mean
+    assert m["missing_answers/seed_0"] == 0 and m["missing_answers/seed_1"] == 2
+    assert m["missing_answers"] == 1.0 and m["missing_answers_total"] == 2
+    assert result.problems == {"no <answer> tag": 1.0}
+    saved = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert saved["accuracy_ci_low"] == m["accuracy_ci_low"]
+    rows = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
+    assert len(rows) == 20 and sum(r["prediction"] is None for r in rows) == 2
+    # one seed: exactly the single-run accuracy (binomial SE, the same bootstrap interval)
+    outcomes = [True] * 6 + [False] * 3 + [None]
+    one, ref = seed_summary({3: outcomes}), accuracy(outcomes, seed=3)
+    assert (one["accuracy"], one["accuracy_stderr"], one["accuracy_ci_low"], one["accuracy_ci_high"]) == \
+        pytest.approx((ref.value, ref.stderr, ref.ci_low, ref.ci_high))
+    assert one["missing_answers"] == 1 and "accuracy/seed_3" not in one

@@ -5,6 +5,7 @@ filled), and the table lands as Markdown, CSV and PNG with ours beside the publi
 from __future__ import annotations
 
 import csv
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -40,7 +41,7 @@ ROWS = [
 ]
 
 
-def reproduce(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+def reproduce_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([str(BIN / "omnimed-reproduce"), *args], cwd=cwd, capture_output=True, text=True,
                           timeout=600)
 
@@ -65,20 +66,186 @@ def test_every_shipped_manifest_is_valid():
 
 def test_every_runnable_row_of_every_shipped_table_composes_at_every_preset():
     """What `omnimed-reproduce` checks before it runs anything: a row naming a model, corpus or key that has no
-    config would stop its table; none of the shipped tables may."""
-    from omnimed.evaluation.reproduce import plan_rows, validate
+    config, or a dataset key its task does not know, would stop its table; none of the shipped tables may. A
+    paper benchmark that no loader reads yet is not run: its cells are missing, with the reason."""
+    from omnimed.evaluation.datasets import PENDING, dataset_status
+    from omnimed.evaluation.reproduce import AVERAGE, plan_rows, row_task, validate
 
     root = Path(__file__).resolve().parents[1] / "experiments"
     for path in find_manifests(root):
         m = load_manifest(path)
         for preset in m.presets:
-            validate(plan_rows(m, preset), m)
+            plans = plan_rows(m, preset)
+            validate(plans, m)
+            for plan in plans:
+                task = row_task(plan.row, m)
+                for col in m.columns:
+                    key = m.datasets[preset][col]
+                    status, why = dataset_status(task, key)
+                    assert key == AVERAGE or status in ("known", "pending"), (path, preset, col, key, why)
+                    if status == "pending":
+                        assert plan.pending[col] == f"missing: dataset {key}: {PENDING[key]}"
+                        assert key not in plan.datasets
+                    elif key != AVERAGE:
+                        assert col in plan.datasets[key]
+
+
+def test_table10_runs_one_mmlu_subject_per_column_at_both_presets():
+    from omnimed.evaluation.datasets import PAPER_DATASETS, REALDATA_FILES
+    from omnimed.evaluation.reproduce import plan_rows
+
+    m = load_manifest(Path(__file__).resolve().parents[1] / "experiments" / "self_biorag" / "table10.yaml")
+    for preset in ("miniature", "paper"):
+        keys = [m.datasets[preset][c] for c in m.columns]
+        assert len(set(keys)) == 6, (preset, keys)
+        for plan in plan_rows(m, preset):
+            assert sorted(plan.datasets) == sorted(keys) and not plan.pending
+    assert [REALDATA_FILES[k].rsplit("/", 1)[1] for k in m.datasets["miniature"].values()] == [
+        "anatomy_val.csv", "clinical_knowledge_val.csv", "college_biology_val.csv", "college_medicine_val.csv",
+        "medical_genetics_val.csv", "professional_medicine_val.csv"]
+    assert {PAPER_DATASETS[k].where[1] for k in m.datasets["paper"].values()} == {
+        "anatomy", "clinical_knowledge", "college_biology", "college_medicine", "medical_genetics",
+        "professional_medicine"}
+
+
+def test_per_subject_and_per_level_paper_keys_read_one_part_of_the_benchmark_folder(tmp_path):
+    from omnimed.evaluation.datasets import DatasetRequest, load_eval_dataset
+
+    mmlu = tmp_path / "mmlu_med"
+    mmlu.mkdir()
+    (mmlu / "anatomy_test.csv").write_text("Which bone?,Femur,Ulna,Skull,Rib,A\nWhich organ?,Liver,Lung,Skin,Eye,B\n")
+    (mmlu / "college_biology_test.csv").write_text("Which cell?,Neuron,Myocyte,Erythrocyte,Osteocyte,C\n")
+    anatomy = load_eval_dataset(DatasetRequest("mmlu_anatomy", data_dir=str(tmp_path)))
+    assert [q.metadata["subject"] for q in anatomy] == ["anatomy", "anatomy"]
+    assert len(load_eval_dataset(DatasetRequest("mmlu_med", data_dir=str(tmp_path)))) == 3
+    with pytest.raises(ValueError, match="no record .* subject = 'medical_genetics'"):
+        load_eval_dataset(DatasetRequest("mmlu_medical_genetics", data_dir=str(tmp_path)))
+    items = [{"id": f"b{i}", "level": level, "question": f"q{i}?", "options": ["x", "y"], "answer": "A"}
+             for i, level in enumerate(["Level 1", 2, "level2", "3", "Level 12"])]
+    (tmp_path / "biomedmcqs").write_text("".join(json.dumps(item) + "\n" for item in items))
+    assert [q.id for q in load_eval_dataset(DatasetRequest("biomedmcqs_level2", data_dir=str(tmp_path)))] == [
+        "biomedmcqs/b1", "biomedmcqs/b2"]
+    assert [q.id for q in load_eval_dataset(DatasetRequest("biomedmcqs_level1", data_dir=str(tmp_path)))] == [
+        "biomedmcqs/b0"]
+    with pytest.raises(ValueError, match="seer.*no loader yet"):
+        load_eval_dataset(DatasetRequest("seer", data_dir=str(tmp_path)))
+
+
+@pytest.mark.realdata
+def test_miniature_mmlu_subject_keys_read_one_real_file_each(realdata):
+    from omnimed.evaluation.datasets import MMLU_VAL_SUBJECTS, DatasetRequest, load_eval_dataset
+
+    total = 0
+    for key, subject in MMLU_VAL_SUBJECTS.items():
+        questions = load_eval_dataset(DatasetRequest(key, realdata_root=str(realdata)))
+        assert questions and {q.metadata["subject"] for q in questions} == {subject}
+        total += len(questions)
+    assert total == len(load_eval_dataset(DatasetRequest("mmlu_med_val", realdata_root=str(realdata))))
+
+
+def qa_manifest(tmp: Path, datasets: dict, rows: list[dict] | None = None, **extra) -> Path:
+    data = {
+        "paper": "demo", "table": "table3", "title": "QA", "source": "made up for a test", "metric": "accuracy",
+        "columns": list(datasets["miniature"]), "datasets": datasets,
+        "presets": {"miniature": ["knowledge=world_tiny"], "paper": ["knowledge=world_tiny"]},
+        "rows": rows or [{"name": "Closed book", "method": "closed_book", "overrides": ["pipeline=closed_book"],
+                          "published": {}}],
+        **extra,
+    }
+    path = tmp / "experiments" / "demo" / "table3.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_an_unknown_dataset_key_fails_validation_naming_row_column_and_known_keys(tmp_path):
+    from omnimed.evaluation.reproduce import plan_rows, validate
+
+    m = load_manifest(qa_manifest(tmp_path, {"miniature": {"MedQA": "world_mcq", "MMLU": "mmlu_med_vall"},
+                                             "paper": {"MedQA": "medqa", "MMLU": "mmlu_med"}}))
+    validate(plan_rows(m, "paper"), m)  # every paper key is known
+    with pytest.raises(ManifestError) as err:
+        validate(plan_rows(m, "miniature"), m)
+    msg = str(err.value)
+    assert "row 'Closed book', column 'MMLU'" in msg and "unknown dataset 'mmlu_med_vall'" in msg
+    assert "known:" in msg and "mmlu_med_val" in msg and "mmlu_anatomy" in msg and "average" in msg
+    # a retrieval row knows its own keys (task.queries), not the QA ones
+    m = load_manifest(manifest(tmp_path, [ROWS[0]], name="table4"))
+    m.datasets["miniature"]["World"] = "world_mcq"
+    with pytest.raises(ManifestError, match=r"row 'BM25', column 'World': unknown dataset 'world_mcq' for "
+                                            r"task=retrieval; known: world, pubmedqa, average"):
+        validate(plan_rows(m, "miniature"), m)
+
+
+def test_a_benchmark_without_a_loader_leaves_its_cells_missing_and_the_rest_runs(tmp_path):
+    from omnimed.evaluation.reproduce import plan_rows, reproduce
+
+    path = qa_manifest(tmp_path, {"miniature": {"MedQA": "world_mcq", "SEER": "world_mcq", "Avg": "average"},
+                                  "paper": {"MedQA": "medqa", "SEER": "seer", "Avg": "average"}})
+    m = load_manifest(path)
+    (plan,) = plan_rows(m, "paper")
+    assert plan.datasets == {"medqa": ["MedQA"]}
+    assert plan.pending == {"SEER": "missing: dataset seer: SEER (Omni-RAG's clinical QA set) has no loader yet"}
+    lines: list[str] = []
+    cells, _ = reproduce(m, preset="paper", out_dir=tmp_path / "out", dry_run=True, log=lines.append)
+    assert cells["Closed book"]["SEER"].status.startswith("missing: dataset seer")
+    assert any("not run: dataset seer" in line for line in lines)
+
+
+def test_rows_whose_metric_no_task_produces_are_missing_with_the_reason(tmp_path):
+    from omnimed.evaluation.manifest import PRODUCED_METRICS, produces
+    from omnimed.evaluation.reproduce import plan_rows, reproduce
+
+    rows = [{"name": "Original", "method": "rag", "overrides": ["pipeline=rag"], "published": {"Book": 117.1}},
+            {"name": "Planner", "method": "omnirag", "published": {"Book": 9.0}}]
+    path = qa_manifest(tmp_path, {"miniature": {"Book": "world_mcq"}, "paper": {"Book": "world_mcq"}}, rows,
+                       metric="words_per_query", metrics={"Book": "words_per_query/book"}, scale=1)
+    m = load_manifest(path)
+    original = m.rows[0]
+    assert original.status == "missing" and plan_rows(m, "miniature") == []
+    assert original.reason.startswith("metric words_per_query/book not produced yet (task=qa writes accuracy)")
+    assert m.counts() == {"runnable": 0, "missing": 2, "external": 0}
+    cells, _ = reproduce(m, out_dir=tmp_path / "out", dry_run=True, log=lambda _: None)
+    assert cells["Original"]["Book"].status == "missing: " + original.reason
+    assert cells["Planner"]["Book"].status == "missing"  # method not built: as before
+    res = reproduce_cli("--list", "--root", str(tmp_path / "experiments"), cwd=tmp_path)
+    out = res.stdout + res.stderr
+    assert "metric words_per_query/book not produced yet" in out and "method omnirag not built" in out
+    # the families each task writes; adding a metric to a task is one entry of PRODUCED_METRICS
+    assert produces("retrieval", "ndcg@3") and produces("retrieval", "mrr") and not produces("retrieval", "accuracy")
+    assert produces("critic_accuracy", "support/accuracy") and produces("qa", "accuracy")
+    assert not produces("qa", "statement_correct_ratio") and "qa" in PRODUCED_METRICS
+
+
+def test_launcher_settings_validate_against_the_chosen_launcher_and_reach_the_runs(tmp_path):
+    from omnimed.evaluation.reproduce import plan_rows, run_overrides, split_launcher, validate
+
+    path = manifest(tmp_path, ROWS[:1])
+    m = load_manifest(path)
+    extra = ["hydra.launcher.gpus_per_node=1", "hydra.launcher.partition=gpu"]
+    plans = plan_rows(m, "miniature", extra)
+    validate(plans, m, launcher="submitit_slurm")
+    with pytest.raises(ManifestError, match="gpus_per_node"):  # the basic launcher has no such setting
+        validate(plans, m)
+    cmd = run_overrides(plans[0], m, tmp_path / "runs", "submitit_slurm", "world")
+    assert [c for c in cmd if c.startswith("hydra/launcher=")] == ["hydra/launcher=submitit_slurm"]
+    assert set(extra) <= set(cmd)
+    # the launcher named among the overrides is the same choice, passed once; two different ones are refused
+    assert split_launcher("basic", ["hydra/launcher=joblib", "task.k=3"]) == ("joblib", ["task.k=3"])
+    assert split_launcher("joblib", ["hydra/launcher=joblib"]) == ("joblib", [])
+    with pytest.raises(ManifestError, match="two launchers"):
+        split_launcher("submitit_slurm", ["hydra/launcher=joblib"])
+    res = reproduce_cli(str(path), "--launcher", "submitit_slurm", "--dry-run", *extra, cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    res = reproduce_cli(str(path), "--launcher", "submitit_slurm", "--dry-run", "hydra.launcher.gpus_per_nod=1",
+                        cwd=tmp_path)
+    assert res.returncode == 2 and "gpus_per_nod" in res.stdout + res.stderr
 
 
 def test_a_row_with_an_unknown_option_fails_before_any_run(tmp_path):
     path = manifest(tmp_path, [*ROWS[:1], {"name": "Broken", "method": "retrieval",
                                             "overrides": ["knowledge=no_such_corpus"]}])
-    res = reproduce(str(path), cwd=tmp_path)
+    res = reproduce_cli(str(path), cwd=tmp_path)
     assert res.returncode == 2
     assert "Broken" in res.stderr + res.stdout and "no_such_corpus" in res.stderr + res.stdout
     assert not (tmp_path / "experiments" / "demo" / "results" / "runs").exists()  # nothing ran
@@ -86,7 +253,7 @@ def test_a_row_with_an_unknown_option_fails_before_any_run(tmp_path):
 
 def test_reproduce_runs_rows_reports_missing_and_writes_the_table(tmp_path):
     path = manifest(tmp_path, ROWS)
-    res = reproduce(str(path), f"paths.root={tmp_path}", cwd=tmp_path)
+    res = reproduce_cli(str(path), f"paths.root={tmp_path}", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     out = tmp_path / "experiments" / "demo" / "results"
     rows = {r["row"]: r for r in csv.DictReader((out / "table1.csv").open())}
@@ -94,10 +261,12 @@ def test_reproduce_runs_rows_reports_missing_and_writes_the_table(tmp_path):
         assert rows[name]["status"] == "measured"
         assert 0.0 <= float(rows[name]["ours"]) <= 100.0
         assert float(rows[name]["delta"]) == pytest.approx(float(rows[name]["ours"]) - float(rows[name]["paper"]))
-    assert rows["Self-BioRAG"]["status"] == "missing" and rows["Self-BioRAG"]["ours"] == ""
+    # selfbiorag is built, but its task (qa) does not produce this table's hit@10: missing, saying why
+    assert rows["Self-BioRAG"]["status"] == "missing: metric hit@10 not produced yet (task=qa writes accuracy)"
+    assert rows["Self-BioRAG"]["ours"] == ""
     assert rows["GPT-4"]["status"] == "external" and rows["GPT-4"]["ours"] == ""
     md = (out / "table1.md").read_text()
-    assert "| Self-BioRAG | selfbiorag | missing / 70.0 |" in md
+    assert "| Self-BioRAG | selfbiorag | missing: metric hit@10 not produced yet (task=qa writes accuracy) / 70.0 |" in md
     assert (out / "table1.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     # every run of the table is in its W&B group; omnimed-compare reads them back offline
@@ -110,11 +279,67 @@ def test_reproduce_runs_rows_reports_missing_and_writes_the_table(tmp_path):
     assert len(lines) == 3  # header + the two offline W&B runs of the group
     assert float(rows["BM25"]["ours"]) / 100 == pytest.approx(
         float(next(line for line in lines[1:] if line.startswith("bm25")).split(",")[1]))
+    # without a filter each run is still listed once (its folder's metrics.json and its W&B run are one run)
+    cmp = subprocess.run([str(BIN / "omnimed-compare"), str(runs), "--metrics", "bm25/hit@10,dense/hit@10",
+                          "--out", str(tmp_path / "all")], capture_output=True, text=True, timeout=300)
+    assert cmp.returncode == 0, cmp.stderr[-2000:]
+    assert len((tmp_path / "all" / "compare.csv").read_text().splitlines()) == 3
 
 
 def test_list_shows_every_table_with_its_counts(tmp_path):
     manifest(tmp_path, ROWS)
-    res = reproduce("--list", "--root", str(tmp_path / "experiments"), cwd=tmp_path)
+    res = reproduce_cli("--list", "--root", str(tmp_path / "experiments"), cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     line = next(line for line in res.stdout.splitlines() + res.stderr.splitlines() if "table1" in line)
     assert "│ 4 " in line and "│ 2 " in line and "│ 1 " in line  # rows, run, missing, external
+
+
+def test_compare_lists_a_run_once_and_filters_local_runs_by_group_and_tags(tmp_path, monkeypatch):
+    """A run folder and the W&B offline run inside it are one run; a folder without W&B still has the group and
+    tags of its Hydra config, so --group / --tags select it too."""
+    from omnimed.cli.compare import main as compare_main
+    from omnimed.evaluation import compare
+    from omnimed.evaluation.compare import RunRecord, local_runs, select
+
+    def run_folder(rel: str, metrics: dict, config: dict, wandb: str | None = None) -> Path:
+        folder = tmp_path / "runs" / rel
+        (folder / ".hydra").mkdir(parents=True)
+        (folder / "metrics.json").write_text(json.dumps(metrics))
+        (folder / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config))
+        if wandb:
+            (folder / "wandb" / f"offline-run-{wandb}").mkdir(parents=True)
+            (folder / "wandb" / f"offline-run-{wandb}" / f"run-{wandb}.wandb").write_bytes(b"")
+        return folder
+
+    run_folder("bm25/world", {"bm25": {"hit@10": 0.5}, "queries": 20},
+               {"logger": {"group": "demo-table1", "tags": ["mini"]}, "experiment": "demo-table1",
+                "task": {"name": "retrieval", "queries": "world"}, "knowledge": {"name": "world_tiny"}}, wandb="a")
+    run_folder("closed/world_mcq", {"accuracy": 0.7, "n": 29},
+               {"logger": {"group": None, "tags": []}, "experiment": "other-table",
+                "task": {"name": "qa", "dataset": "world_mcq"}, "pipeline": {"name": "closed_book"}})
+    loose = tmp_path / "runs" / "elsewhere" / "offline-run-b"
+    loose.mkdir(parents=True)
+    (loose / "run-b.wandb").write_bytes(b"")
+    wandb_runs = {
+        "run-a.wandb": RunRecord("bm25-world", "a", "demo-table1", ["mini", "retrieval"],
+                                 {"bm25/hit@10": 0.5, "bm25/mrr": 0.4}),
+        "run-b.wandb": RunRecord("dense-world", "b", "demo-table1", ["retrieval"], {"dense/hit@10": 0.6}),
+    }
+    monkeypatch.setattr(compare, "offline_wandb_run", lambda path: wandb_runs[path.name])
+
+    runs = local_runs([tmp_path / "runs"])
+    assert sorted(r.name for r in runs) == ["bm25-world", "closed/world_mcq", "dense-world"]  # bm25 once, not twice
+    bm25 = next(r for r in runs if r.name == "bm25-world")
+    assert bm25.origin.endswith("bm25/world") and bm25.metrics["bm25/hit@10"] == 0.5
+    assert bm25.metrics["bm25/mrr"] == 0.4 and bm25.metrics["queries"] == 20  # both sources merged
+    assert [r.name for r in select(runs, group="demo-table1", tags=[])] == ["bm25-world", "dense-world"]
+    # a local folder without W&B: its group (experiment) and tags (qa, dataset, pipeline) from .hydra/config.yaml
+    assert [r.name for r in select(runs, group="other-table", tags=[])] == ["closed/world_mcq"]
+    assert [r.name for r in select(runs, group=None, tags=["qa", "world_mcq"])] == ["closed/world_mcq"]
+    assert [r.name for r in select(runs, group="demo-table1", tags=["mini"])] == ["bm25-world"]
+
+    out = tmp_path / "cmp"
+    assert compare_main([str(tmp_path / "runs"), "--out", str(out)]) == 0
+    assert len((out / "compare.csv").read_text().splitlines()) == 4  # header + three runs, none twice
+    assert compare_main([str(tmp_path / "runs"), "--group", "other-table", "--out", str(out)]) == 0
+    assert (out / "compare.csv").read_text().splitlines() == ["run,accuracy,n", "closed/world_mcq,0.7,29.0"]

@@ -290,20 +290,25 @@ def critic_run(tmp_path_factory):
         "task.lr=5e-3", "task.max_length=384", "data.batch_size=8", "trainer.max_epochs=-1", "trainer.max_steps=60",
         "trainer.val_check_interval=null", "trainer.checkpoint_every_n_steps=60", "run_name=tiny-critic",
         "model.lora.enabled=false")
-    metrics = {}
+    metrics, dirs = {}, {}
     for name, extra in (("untrained", []), ("trained", [f"pipeline.critic={tmp}/checkpoints/critic/tiny-critic/hf"])):
         out = run("omnimed-evaluate", tmp, "task=critic_accuracy", f"task.data={data}", "task.split=train",
                   "pipeline=selfbiorag", "model=tiny-llama", *TINY_WORLD, "logger=csv", *extra)
         metrics[name] = json.loads((out / "metrics.json").read_text())
-    return tmp, data, metrics
+        dirs[name] = out
+    return tmp, data, metrics, dirs
 
 
 def test_trained_critic_learns_every_token_type_and_beats_its_untrained_base(critic_run):
-    _, _, m = critic_run
+    m = critic_run[2]
     for kind in ("utility", "retrieval", "relevance", "support"):
         assert m["trained"][f"{kind}/accuracy"] >= m["untrained"][f"{kind}/accuracy"], kind
         assert m["trained"][f"{kind}/accuracy"] >= m["trained"][f"{kind}/majority"] - 1e-9, kind
     assert m["trained"]["accuracy"] > m["untrained"]["accuracy"]
+    confusion = json.loads((critic_run[3]["trained"] / "confusion.json").read_text())
+    for kind in ("utility", "retrieval", "relevance", "support"):  # per-class accuracy agrees with the confusion table
+        for gold, row in confusion[kind].items():
+            assert m["trained"][f"{kind}/class/{gold}"] == pytest.approx(row.get(gold, 0) / sum(row.values()))
     assert m["trained"]["n"] == m["untrained"]["n"] > 100
 
 

@@ -10,6 +10,7 @@ start; a folder built with other settings is refused rather than mixed.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -51,6 +52,17 @@ class StageError(ValueError):
 def settings_key(settings: Mapping[str, Any]) -> str:
     """12 hex digits identifying a stage's settings (and its inputs' fingerprints, when they are part of them)."""
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+#: stage-config fields that change where or how fast a stage runs, not what it makes
+NOT_SETTINGS = ("out", "batch_size")
+
+
+def open_stage(name: str, cfg: Any, *, root: str | Path = ".", **inputs: Any) -> "StageDir":
+    """The folder of stage ``name`` for the dataclass config ``cfg`` (its ``out`` fixes the folder); the settings
+    key covers every field but :data:`NOT_SETTINGS`, plus ``inputs`` (models, corpora, versions it reads)."""
+    settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in NOT_SETTINGS}
+    return StageDir(name, {**settings, **inputs}, root=root, out=getattr(cfg, "out", None))
 
 
 class StageDir:

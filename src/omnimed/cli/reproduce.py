@@ -1,8 +1,12 @@
 """``omnimed-reproduce``: run every row of a paper table and write it beside the published numbers.
 
-    omnimed-reproduce --list                                   # every table: rows that run, missing, external
+    omnimed-reproduce --list                                   # every table: rows that run, missing (and why), external
     omnimed-reproduce experiments/omni_rag/table4.yaml         # miniature preset (CPU), results/table4.{md,csv,png}
-    omnimed-reproduce experiments/omni_rag/table4.yaml --preset paper --launcher submitit_slurm
+    omnimed-reproduce experiments/omni_rag/table4.yaml --preset paper --launcher submitit_slurm \
+        hydra.launcher.gpus_per_node=1 hydra.launcher.partition=gpu   # launcher settings, checked before any run
+
+A row runs only if its method is built and its task produces the table's metric; the others are listed as missing
+with the reason. At a given preset, a column whose paper benchmark has no loader yet is reported missing too.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ def list_tables(root: Path) -> int:
     for col in ("paper", "table", "rows", "run", "missing", "external", "cols"):
         table.add_column(col, no_wrap=True)
     table.add_column("metric", overflow="fold")
+    why: list[str] = []
     bad = 0
     for path in find_manifests(root):
         try:
@@ -32,7 +37,10 @@ def list_tables(root: Path) -> int:
         c = m.counts()
         table.add_row(m.paper, m.table, str(len(m.rows)), str(c["runnable"]), str(c["missing"]),
                       str(c["external"]), str(len(m.columns)), m.metric)
+        why += [f"  {m.group}: {n} missing: {reason}" for reason, n in m.missing_reasons().items()]
     console.print(table)
+    if why:
+        console.print("why rows are missing:\n" + "\n".join(why), highlight=False, soft_wrap=True)
     return 1 if bad else 0
 
 
@@ -44,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", default="experiments", help="where --list looks (default: experiments)")
     parser.add_argument("--preset", default="miniature", help="scale preset: miniature (CPU) or paper (GPUs)")
     parser.add_argument("--out", help="output folder (default: experiments/<paper>/results)")
-    parser.add_argument("--launcher", default="basic", help="hydra/launcher: basic | joblib | submitit_slurm")
+    parser.add_argument("--launcher", default="basic", help="hydra/launcher: basic | joblib | submitit_slurm; its "
+                        "settings go among the overrides (hydra.launcher.gpus_per_node=1)")
     parser.add_argument("--dry-run", action="store_true", help="validate and show the runs without running them")
     parser.add_argument("overrides", nargs="*", help="extra overrides for every run, e.g. task.limit=50")
     args = parser.parse_intermixed_args(argv)
@@ -64,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     counts = manifest.counts()
     measured = sum(c.status == "measured" for row in cells.values() for c in row.values())
-    console.print(f"{manifest.group}: {counts['runnable']} rows run, {counts['missing']} missing (method not built), "
-                  f"{counts['external']} external; {measured} cells measured")
+    console.print(f"{manifest.group}: {counts['runnable']} rows run, {counts['missing']} missing (method not built or "
+                  f"metric not produced yet), {counts['external']} external; {measured} cells measured")
     for ext, path in paths.items():
         console.print(f"  {ext}: {path}")
     if paths:

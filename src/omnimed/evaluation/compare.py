@@ -1,5 +1,10 @@
 """Compare runs side by side: local run folders (``metrics.json``), W&B offline runs (read back with
-``wandb leet inspect``) or, online, a W&B project's runs selected by group and tags."""
+``wandb leet inspect``) or, online, a W&B project's runs selected by group and tags.
+
+A run folder and the W&B offline run it logged (``<folder>/wandb/offline-run-*``) are one run, listed once. A local
+folder's group and tags come from its W&B run when it has one, else from the run's resolved Hydra config
+(``.hydra/config.yaml``: ``logger.group``, else ``experiment``, else the task's default group; ``logger.tags`` plus
+the tags the evaluation tasks add), so ``--group`` / ``--tags`` select local runs as they select W&B ones."""
 
 from __future__ import annotations
 
@@ -24,17 +29,79 @@ def _numbers(d: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in d.items() if isinstance(v, (int, float)) and not k.startswith("_")}
 
 
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested metrics as ``a/b`` keys (how they are logged to W&B)."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flat(v, key + "/"))
+        else:
+            out[key] = v
+    return out
+
+
+def _plain(value: Any) -> str | None:
+    """A config string, or None for an unset or unresolved (``${...}``) one."""
+    return value if isinstance(value, str) and value and "${" not in value else None
+
+
+def config_group_tags(folder: Path) -> tuple[str | None, list[str]]:
+    """The W&B group and tags a run folder's run was given, from its Hydra config (``.hydra/config.yaml``): the
+    group is ``logger.group``, else ``experiment``, else the evaluation task's default; the tags are
+    ``logger.tags`` plus the ones the evaluation tasks add (as :mod:`omnimed.evaluation.qa`, ``.retrieval`` and
+    ``.critic`` do). A folder without a Hydra config has neither."""
+    import yaml
+
+    path = folder / ".hydra" / "config.yaml"
+    if not path.is_file():
+        return None, []
+    try:
+        cfg = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError:
+        return None, []
+    logger, task, pipeline, knowledge = (cfg.get(name) if isinstance(cfg.get(name), dict) else {}
+                                         for name in ("logger", "task", "pipeline", "knowledge"))
+    kind, dataset = _plain(task.get("name")), _plain(task.get("dataset"))
+    defaults: dict[str | None, tuple[str | None, list[str | None]]] = {
+        "qa": (f"qa-{dataset}", ["qa", dataset, _plain(pipeline.get("name"))]),
+        "retrieval": (f"retrieval-{_plain(knowledge.get('name'))}",
+                      ["retrieval", _plain(knowledge.get("name")), _plain(task.get("queries"))]),
+        "critic_accuracy": ("critic", ["critic", dataset]),
+    }
+    default_group, task_tags = defaults.get(kind, (kind, []))
+    group = _plain(logger.get("group")) or _plain(cfg.get("experiment")) or default_group
+    tags = [t for t in [*(logger.get("tags") or []), *task_tags] if _plain(t)]
+    return group, list(dict.fromkeys(tags))
+
+
 def local_runs(paths: list[Path]) -> list[RunRecord]:
-    """Every run folder (one holding ``metrics.json``) and every W&B offline run under ``paths``."""
+    """Every run under ``paths``, once: a run folder (one holding ``metrics.json``, merged with the W&B offline run
+    logged inside it) or a W&B offline run outside any run folder."""
     out: list[RunRecord] = []
     for root in paths:
         if not root.exists():
             raise FileNotFoundError(f"{root}: no such folder")
+        folders: dict[Path, RunRecord] = {}
         for metrics in sorted(root.rglob("metrics.json")):
-            name = str(metrics.parent.relative_to(root)) if metrics.parent != root else root.name
-            out.append(RunRecord(name, str(metrics.parent), metrics=_numbers(json.loads(metrics.read_text()))))
+            folder = metrics.parent
+            name = str(folder.relative_to(root)) if folder != root else root.name
+            group, tags = config_group_tags(folder)
+            folders[folder.resolve()] = RunRecord(name, str(folder), group=group, tags=tags,
+                                                  metrics=_numbers(_flat(json.loads(metrics.read_text()))))
+        loose: list[RunRecord] = []
         for wandb_file in sorted(root.rglob("offline-run-*/run-*.wandb")):
-            out.append(offline_wandb_run(wandb_file))
+            run = offline_wandb_run(wandb_file)
+            owner = next((folders[d] for d in wandb_file.resolve().parents if d in folders), None)
+            if owner is None:
+                loose.append(run)
+                continue
+            # the same run: W&B knows its name, group and tags; metrics.json is what the run wrote
+            owner.name = run.name or owner.name
+            owner.group = run.group or owner.group
+            owner.tags = list(dict.fromkeys([*run.tags, *owner.tags]))
+            owner.metrics = {**run.metrics, **owner.metrics}
+        out.extend([*folders.values(), *loose])
     return out
 
 

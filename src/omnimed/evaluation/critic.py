@@ -5,7 +5,8 @@ A prediction is the critic's most likely token among the type's choices (its nex
 critic instruction, restricted to them), which is what Table 9 scores. The critic's *free* first token is read too:
 ``<type>/outside_rate`` is the share of examples where greedy decoding would write something that is not one of the
 type's tokens, the mispredictions the generator-data stage filters out. ``<type>/majority`` is the share of the
-most frequent teacher token, the accuracy of a critic that always says it.
+most frequent teacher token, the accuracy of a critic that always says it; ``<type>/class/<token>`` and
+``<type>/macro_accuracy`` break accuracy down by gold token, and ``confusion.json`` holds the confusion tables.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def run_critic_evaluation(cfg, output_dir) -> CriticResult:
 
     from omnimed.data.io import atomic_path, atomic_write_json, read_records
     from omnimed.data.records import InstructionExample
-    from omnimed.evaluation.metrics import accuracy
+    from omnimed.evaluation.metrics import accuracy, per_class_accuracy
     from omnimed.evaluation.qa import selfbiorag_model
     from omnimed.generation.factory import build_backend
     from omnimed.generation.types import Request, SamplingParams
@@ -100,6 +101,7 @@ def run_critic_evaluation(cfg, output_dir) -> CriticResult:
                          "logprobs": lp})
 
     metrics: dict[str, float] = {"n": float(len(rows))}
+    confusion: dict[str, dict] = {}
     overall = accuracy([r["correct"] for r in rows], n_resamples=cfg.task.bootstrap_resamples, seed=cfg.seed)
     metrics.update(overall.as_dict("accuracy"))
     for kind in TYPES:
@@ -111,10 +113,17 @@ def run_critic_evaluation(cfg, output_dir) -> CriticResult:
         metrics[f"{kind}/n"] = float(len(mine))
         metrics[f"{kind}/outside_rate"] = sum(not r["free_valid"] for r in mine) / len(mine)
         metrics[f"{kind}/majority"] = Counter(r["gold"] for r in mine).most_common(1)[0][1] / len(mine)
+        per = per_class_accuracy([r["gold"] for r in mine], [r["prediction"] for r in mine], CRITIC_CHOICES[kind])
+        metrics[f"{kind}/macro_accuracy"] = per["macro"]
+        for token, cell in per["per_class"].items():
+            if cell["accuracy"] is not None:
+                metrics[f"{kind}/class/{token}"] = cell["accuracy"]
+        confusion[kind] = per["confusion"]
 
     with atomic_path(output_dir / "predictions.jsonl") as tmp:
         tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     atomic_write_json(output_dir / "metrics.json", metrics)
+    atomic_write_json(output_dir / "confusion.json", confusion)  # per type: gold token -> predicted token -> count
 
     group = cfg.logger.group or cfg.experiment or "critic"
     logger = build_logger(cfg.logger.name, save_dir=output_dir, project=cfg.logger.project,

@@ -1,27 +1,51 @@
 """Evaluation datasets by key: the miniature ones we ship or generate, and the papers' benchmarks read from files.
 
 Miniature keys: ``world_mcq`` / ``world_open`` (the synthetic world's questions), ``pubmedqa_real``,
-``mmlu_med_val`` and ``longform_real`` (the real small files under ``OMNIMED_REALDATA``). Paper keys (``medqa``,
-``medmcqa``, ``mmlu_med``, ``pubmedqa``, ``bioasq``, ``liveqa``, ``medicationqa``, ``expertqa``, ``biomedmcqs``)
-read ``<data_dir>/<key>`` with the matching loader, for users who have the benchmark files.
+``mmlu_med_val`` (the six MMLU-Med validation subjects) and one key per subject (``mmlu_anatomy_val`` ..
+``mmlu_professional_medicine_val``), and ``longform_real`` (the real small files under ``OMNIMED_REALDATA``).
+
+Paper keys read ``<data_dir>/<name>`` (a file or a folder, as its loader takes) with the matching loader, for
+users who have the benchmark files: ``medqa``, ``medmcqa``, ``mmlu_med``, ``pubmedqa``, ``bioasq``, ``liveqa``,
+``medicationqa``, ``expertqa``, ``biomedmcqs``, ``mirage``; ``mmlu_anatomy`` .. ``mmlu_professional_medicine``
+(one subject of ``<data_dir>/mmlu_med``, by the subject the loader keeps in each record) and ``biomedmcqs_level1``
+.. ``_level3`` (one level of ``<data_dir>/biomedmcqs``, by the ``level`` in each record's metadata: its number).
+
+:data:`PENDING` names the papers' benchmarks that the shipped tables use but that no loader reads yet (SEER,
+DDXPlus, MIMIC-IV-ED, MedDDx, PolyEval, Omni-RAG's pooled test set): a table reports their cells as missing, with
+the reason, instead of running them. :func:`dataset_status` tells which keys a task knows; ``omnimed-reproduce``
+checks every key of a table with it before anything runs.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from omnimed.data.errors import LoadReport
+from omnimed.data.loaders.benchmarks import MMLU_MEDICAL_SUBJECTS
 from omnimed.data.records import MultipleChoiceQuestion, OpenQuestion
 
 log = logging.getLogger(__name__)
 
 Question = MultipleChoiceQuestion | OpenQuestion
 
-#: paper dataset key -> omnimed-data format that reads it
+
+@dataclass(frozen=True)
+class PaperDataset:
+    """A paper benchmark: the omnimed-data ``format`` that reads ``<data_dir>/<source>`` (a file or a folder, as
+    the loader takes), and optionally the ``(metadata field, value)`` a record must carry to belong to this key (one
+    MMLU subject, one BioMedMCQs level)."""
+
+    format: str
+    source: str
+    where: tuple[str, str] | None = None
+
+
+#: paper dataset key -> omnimed-data format that reads ``<data_dir>/<key>``
 PAPER_FORMATS: dict[str, str] = {
     "medqa": "medqa",
     "medmcqa": "medmcqa",
@@ -34,12 +58,40 @@ PAPER_FORMATS: dict[str, str] = {
     "biomedmcqs": "biomedmcqs",
     "mirage": "mirage",
 }
-MINIATURE: tuple[str, ...] = ("world_mcq", "world_open", "pubmedqa_real", "mmlu_med_val", "longform_real")
+#: every paper key: the whole-benchmark ones above plus per-subject and per-level views of one benchmark
+PAPER_DATASETS: dict[str, PaperDataset] = {
+    **{key: PaperDataset(fmt, key) for key, fmt in PAPER_FORMATS.items()},
+    **{f"mmlu_{s}": PaperDataset("mmlu", "mmlu_med", ("subject", s)) for s in MMLU_MEDICAL_SUBJECTS},
+    **{f"biomedmcqs_level{n}": PaperDataset("biomedmcqs", "biomedmcqs", ("level", str(n))) for n in (1, 2, 3)},
+}
+#: paper benchmarks a shipped table names that no loader reads yet -> why; their cells are reported missing
+PENDING: dict[str, str] = {
+    "seer": "SEER (Omni-RAG's clinical QA set) has no loader yet",
+    "ddxplus": "DDXPlus (as Omni-RAG poses it) has no loader yet",
+    "mimic_iv_ed": "MIMIC-IV-ED (as Omni-RAG poses it) has no loader yet",
+    "omnirag_test_all": "Omni-RAG's pooled test set of 11 datasets has no loader yet",
+    "medddx_basic": "MedDDx (Med-SRAF's differential-diagnosis MCQs) has no loader yet",
+    "medddx_intermediate": "MedDDx (Med-SRAF's differential-diagnosis MCQs) has no loader yet",
+    "medddx_expert": "MedDDx (Med-SRAF's differential-diagnosis MCQs) has no loader yet",
+    "polyeval_care": "PolyEval (PolyRAG's benchmark) has no loader yet",
+    "polyeval_inquiry": "PolyEval (PolyRAG's benchmark) has no loader yet",
+    "polyeval_policy": "PolyEval (PolyRAG's benchmark) has no loader yet",
+}
+MMLU_VAL_SUBJECTS: dict[str, str] = {f"mmlu_{s}_val": s for s in MMLU_MEDICAL_SUBJECTS}
+MINIATURE: tuple[str, ...] = ("world_mcq", "world_open", "pubmedqa_real", "mmlu_med_val", *MMLU_VAL_SUBJECTS,
+                              "longform_real")
 REALDATA_FILES: dict[str, str] = {
     "pubmedqa_real": "research/pubmedqa/data/ori_pqal.json",
     "mmlu_med_val": "qa/mmlu-dev-val/data/val",
+    **{key: f"qa/mmlu-dev-val/data/val/{s}_val.csv" for key, s in MMLU_VAL_SUBJECTS.items()},
     "longform_real": "qa/omnirag-longform/dev_long.json",
 }
+REALDATA_FORMATS: dict[str, str] = {
+    "pubmedqa_real": "pubmedqa", "mmlu_med_val": "mmlu", **{key: "mmlu" for key in MMLU_VAL_SUBJECTS},
+    "longform_real": "longform",
+}
+#: ``task.queries`` of ``task=retrieval`` (see :func:`omnimed.evaluation.retrieval.load_queries`)
+RETRIEVAL_QUERIES: tuple[str, ...] = ("world", "pubmedqa")
 
 
 @dataclass(frozen=True)
@@ -55,8 +107,24 @@ class DatasetRequest:
     data_dir: str | None = None
 
 
-def known_datasets() -> list[str]:
-    return [*MINIATURE, *PAPER_FORMATS]
+def known_datasets(task: str = "qa") -> list[str]:
+    """The dataset keys ``task`` can run: ``qa`` the keys of this module, ``retrieval`` its ``task.queries``;
+    ``critic_accuracy`` names its set freely (the data come from ``task.data``): an empty list."""
+    if task == "retrieval":
+        return list(RETRIEVAL_QUERIES)
+    if task == "critic_accuracy":
+        return []
+    return [*MINIATURE, *PAPER_DATASETS]
+
+
+def dataset_status(task: str, key: str) -> tuple[str, str]:
+    """``("known", "")``, ``("pending", why)`` (a paper benchmark no loader reads yet) or ``("unknown", what
+    is known)`` for one dataset key of ``task``."""
+    if task == "critic_accuracy" or key in known_datasets(task):
+        return "known", ""
+    if key in PENDING:
+        return "pending", PENDING[key]
+    return "unknown", f"known for task={task}: {', '.join(known_datasets(task))}"
 
 
 def load_eval_dataset(req: DatasetRequest) -> list[Question]:
@@ -65,8 +133,10 @@ def load_eval_dataset(req: DatasetRequest) -> list[Question]:
         "world_mcq": lambda r: _world(r, "mcq"),
         "world_open": lambda r: _world(r, "open"),
         **{key: _realdata for key in REALDATA_FILES},
-        **{key: _paper for key in PAPER_FORMATS},
+        **{key: _paper for key in PAPER_DATASETS},
     }
+    if req.key in PENDING:
+        raise ValueError(f"dataset {req.key!r}: {PENDING[req.key]}")
     if req.key not in loaders:
         raise ValueError(f"unknown dataset {req.key!r}; known: {', '.join(known_datasets())}")
     questions = loaders[req.key](req)
@@ -95,7 +165,7 @@ def _realdata(req: DatasetRequest) -> list[Question]:
         raise ValueError(f"dataset {req.key!r} reads the real files: set OMNIMED_REALDATA (or realdata_root) to "
                          "../shared/realdata")
     path = Path(root) / REALDATA_FILES[req.key]
-    fmt = {"pubmedqa_real": "pubmedqa", "mmlu_med_val": "mmlu", "longform_real": "longform"}[req.key]
+    fmt = REALDATA_FORMATS[req.key]
     report = LoadReport()
     questions = _questions(load_format(fmt, path, skip_invalid=True, report=report))
     if report.skipped:  # e.g. one long-form dev item has no gold answer: it cannot be scored
@@ -107,10 +177,32 @@ def _realdata(req: DatasetRequest) -> list[Question]:
 def _paper(req: DatasetRequest) -> list[Question]:
     from omnimed.data.formats import load_format
 
+    spec = PAPER_DATASETS[req.key]
     if not req.data_dir:
         raise ValueError(f"dataset {req.key!r} is a paper benchmark: set data_dir to the folder holding "
-                         f"{req.key}/ (format {PAPER_FORMATS[req.key]})")
-    path = Path(req.data_dir) / req.key
+                         f"{spec.source} (format {spec.format})")
+    path = Path(req.data_dir) / spec.source
     if not path.exists():
-        raise ValueError(f"dataset {req.key!r}: {path} does not exist (expected {PAPER_FORMATS[req.key]} files)")
-    return _questions(load_format(PAPER_FORMATS[req.key], path))
+        raise ValueError(f"dataset {req.key!r}: {path} does not exist (expected {spec.format} files)")
+    questions = _questions(load_format(spec.format, path))
+    if spec.where is None:
+        return questions
+    field, value = spec.where
+    mine = [q for q in questions if _matches(q.metadata.get(field), value)]
+    if not mine:
+        seen = sorted({str(q.metadata.get(field)) for q in questions})
+        raise ValueError(f"dataset {req.key!r}: no record of {path} has {field} = {value!r} (seen: "
+                         f"{', '.join(seen[:12]) or 'none'})")
+    return mine
+
+
+def _matches(found: object, wanted: str) -> bool:
+    """A record's metadata value against a key's: subjects exactly; levels by their number (1, "1", "Level 1",
+    "level1" all mean level 1)."""
+    if found is None:
+        return False
+    text = str(found).strip().lower()
+    if wanted.isdigit():
+        digits = re.findall(r"\d+", text)
+        return len(digits) == 1 and int(digits[0]) == int(wanted)
+    return text == wanted

@@ -6,11 +6,12 @@ metric and the scale presets. Validation happens before anything runs and names 
 
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 #: pipelines whose runs exist; a row naming another method is reported as missing, never filled in
 RUNNABLE_METHODS: frozenset[str] = frozenset({"closed_book", "rag", "retrieval", "selfbiorag"})
@@ -21,6 +22,20 @@ PREPARE_COMMANDS: frozenset[str] = frozenset({"omnimed-build", "omnimed-train", 
 KNOWN_METHODS: frozenset[str] = RUNNABLE_METHODS | {
     "selfbiorag", "omnirag", "polyrag", "biomedsearch", "medsraf", "external",
 }
+#: the metrics each task writes to metrics.json (fnmatch patterns; a retrieval run's ``<method>/<metric>`` is read
+#: as ``<metric>``). A row whose table needs a metric its task does not produce is missing, not run: adding a
+#: metric to a task is one entry here (e.g. statement ratios for task=qa on open questions).
+PRODUCED_METRICS: dict[str, frozenset[str]] = {
+    "qa": frozenset({"accuracy"}),
+    "retrieval": frozenset({"hit@[0-9]*", "ndcg@[0-9]*", "recall@[0-9]*", "mrr"}),
+    "critic_accuracy": frozenset({"accuracy", "utility/accuracy", "retrieval/accuracy", "relevance/accuracy",
+                                  "support/accuracy"}),
+}
+
+
+def produces(task: str, metric: str) -> bool:
+    """Whether a run of ``task`` writes ``metric``."""
+    return any(fnmatchcase(metric, pattern) for pattern in PRODUCED_METRICS.get(task, ()))
 
 
 class ManifestError(ValueError):
@@ -37,13 +52,25 @@ class Row(BaseModel):
     preset_overrides: dict[str, list[str]] = Field(default_factory=dict)
     published: dict[str, Optional[float]] = Field(default_factory=dict)
     note: str = ""
+    # set by the table: why a row whose method is built still cannot run (a metric its task does not produce)
+    _blocked: str = PrivateAttr(default="")
 
     @property
     def status(self) -> str:
-        """runnable | missing (method not built yet) | external (a row we do not run)."""
+        """runnable | missing (method not built yet, or a metric its task does not produce) | external (a row
+        we do not run)."""
         if self.method == "external":
             return "external"
-        return "runnable" if self.method in RUNNABLE_METHODS else "missing"
+        return "runnable" if self.method in RUNNABLE_METHODS and not self._blocked else "missing"
+
+    @property
+    def reason(self) -> str:
+        """Why the row does not run ("" when it does)."""
+        if self.method == "external":
+            return "external: not run here"
+        if self.method not in RUNNABLE_METHODS:
+            return f"method {self.method} not built yet"
+        return self._blocked
 
 
 class PrepareStep(BaseModel):
@@ -107,10 +134,24 @@ class TableManifest(BaseModel):
             missing = [c for c in self.columns if c not in mapping]
             if missing:
                 raise ValueError(f"datasets.{preset}: no dataset for columns {missing}")
+        measured = [c for c in self.columns if any(m[c] != "average" for m in self.datasets.values())]
+        for row in self.rows:
+            task = self.task_of(row)
+            lacking = list(dict.fromkeys(m for m in map(self.metric_for, measured) if not produces(task, m)))
+            row._blocked = (f"metric{'s' if len(lacking) > 1 else ''} {', '.join(lacking)} not produced yet "
+                            f"(task={task} writes {', '.join(sorted(PRODUCED_METRICS.get(task, ())))})"
+                            if lacking else "")
         return self
 
     def metric_for(self, column: str) -> str:
         return self.metrics.get(column, self.metric)
+
+    def task_of(self, row: Row) -> str:
+        """The ``omnimed-evaluate`` task a row runs: the table's ``task`` if it names one, else by the row's
+        method (retrieval rows ``retrieval``, the others ``qa``)."""
+        if self.task:
+            return self.task
+        return "retrieval" if row.method == "retrieval" else "qa"
 
     @property
     def group(self) -> str:
@@ -121,6 +162,14 @@ class TableManifest(BaseModel):
         out = {"runnable": 0, "missing": 0, "external": 0}
         for row in self.rows:
             out[row.status] += 1
+        return out
+
+    def missing_reasons(self) -> dict[str, int]:
+        """Why rows are missing -> how many rows."""
+        out: dict[str, int] = {}
+        for row in self.rows:
+            if row.status == "missing":
+                out[row.reason] = out.get(row.reason, 0) + 1
         return out
 
 

@@ -3,11 +3,20 @@
 Every per-example prediction is saved (``predictions.jsonl`` and a W&B Table) so each number can be audited; a
 reader output without a usable answer counts as wrong and is counted and shown. Multiple-choice accuracy comes with
 its binomial standard error and a bootstrap 95% interval; with several seeds, the mean and standard deviation.
+
+Several ``task.seeds`` (see :func:`seed_summary`): ``accuracy`` is the mean over seeds and ``accuracy/seed_<s>``
+each seed's; the standard error and the bootstrap interval are those of that mean with the *question* as the unit
+(each question's correctness averaged over the seeds, then resampled over questions), so repeated seeds of the same
+questions never narrow the interval as if they were new questions. ``n`` is the number of questions (per seed),
+``missing_answers`` the mean per seed (``missing_answers/seed_<s>`` each seed's count, ``missing_answers_total`` the
+sum). With one seed this is exactly :func:`omnimed.evaluation.metrics.accuracy`.
 """
 
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -33,7 +42,7 @@ class QATaskConfig:
 class QAResult:
     metrics: dict[str, float]
     output_dir: Path
-    problems: dict[str, int]
+    problems: dict[str, float]  # reason -> outputs without a usable answer per seed (the mean over several seeds)
     logger_dir: str | None = None
 
 
@@ -52,7 +61,6 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
     from omegaconf import OmegaConf
 
     from omnimed.data.io import atomic_path, atomic_write_json
-    from omnimed.evaluation.metrics import accuracy, mean_std
     from omnimed.generation.factory import build_backend
     from omnimed.generation.types import SamplingParams
     from omnimed.pipelines.rag import run_pipeline
@@ -80,11 +88,10 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
         backend_cfg, model = selfbiorag_model(cfg.pipeline.generator_model, backend_cfg, model)
     backend = build_backend(backend_cfg, model=model, world=world, cache_root=Path(cfg.paths.cache))
 
-    per_seed: list[float] = []
+    outcomes: dict[int, list[bool | None]] = {}  # seed -> per question: correct, wrong, or None (no answer)
     rows: list[dict[str, Any]] = []
-    problems: dict[str, int] = {}
-    acc = None
-    for seed in cfg.task.seeds:
+    problems: dict[str, float] = {}
+    for seed in dict.fromkeys(cfg.task.seeds):  # a repeated seed would only repeat its run
         if selfbiorag:
             from omnimed.methods.selfbiorag.inference import SelfBioRAG
 
@@ -99,9 +106,7 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
                                   questions, kb)
             found = [(o.prediction, o.correct, o.problem, [p.id for p in ev], o.raw, {})
                      for o, ev in zip(result.outputs, result.evidence)]
-        correct = [bool(f[1]) for f in found]
-        acc = accuracy(correct, n_resamples=cfg.task.bootstrap_resamples, seed=seed)
-        per_seed.append(acc.value)
+        outcomes[seed] = [None if f[0] is None else bool(f[1]) for f in found]
         for q, (prediction, ok, problem, evidence, raw, extra) in zip(questions, found):
             if problem:
                 problems[problem.split(":")[0]] = problems.get(problem.split(":")[0], 0) + 1
@@ -109,12 +114,9 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
                 "seed": seed, "question_id": q.id, "gold": q.answer, "prediction": prediction,
                 "correct": bool(ok), "problem": problem, "evidence": evidence, "output": raw, **extra,
             })
-    mean, std, _ = mean_std(per_seed)
-    metrics = {
-        "accuracy": mean, "accuracy_std": std, "seeds": float(len(per_seed)),
-        "accuracy_stderr": acc.stderr, "accuracy_ci_low": acc.ci_low, "accuracy_ci_high": acc.ci_high,
-        "n": float(acc.n), "missing_answers": float(sum(1 for r in rows if r["prediction"] is None)),
-    }
+    metrics = seed_summary(outcomes, n_resamples=cfg.task.bootstrap_resamples)
+    if len(outcomes) > 1:  # per seed, like n and missing_answers
+        problems = {reason: count / len(outcomes) for reason, count in problems.items()}
     if selfbiorag:
         metrics["retrieval_rate"] = sum(bool(r["retrieved"]) for r in rows) / max(1, len(rows))
         p = [r["p_retrieve"] for r in rows if r["p_retrieve"] is not None]
@@ -140,6 +142,57 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
         logger.finalize("success")
         logger_dir = wandb_run_dir(logger) or getattr(logger, "log_dir", None)
     return QAResult(metrics, output_dir, problems, logger_dir)
+
+
+def seed_summary(outcomes: dict[int, Sequence[bool | None]], *, n_resamples: int = 1000,
+                 confidence: float = 0.95) -> dict[str, float]:
+    """Accuracy over several seeds of the same questions (``outcomes``: seed -> per question True / False / None
+    for no answer, which counts as wrong).
+
+    ``accuracy`` is the mean of the per-seed accuracies (``accuracy/seed_<s>``), ``accuracy_std`` their sample
+    standard deviation. Its standard error and percentile-bootstrap interval treat the question as the unit: each
+    question's correctness is averaged over the seeds and those averages are resampled over questions (the
+    bootstrap's generator is seeded with the first seed). With one seed this equals
+    :func:`omnimed.evaluation.metrics.accuracy` (binomial SE, the same interval). ``n`` is the number of questions
+    (each seed answers all of them); ``missing_answers`` the mean per seed of outputs without an answer, next to
+    each seed's count and the total.
+    """
+    import numpy as np
+
+    from omnimed.evaluation.metrics import mean_std
+
+    if not outcomes:
+        raise ValueError("no seeds to summarise")
+    seeds = list(outcomes)
+    sizes = {len(v) for v in outcomes.values()}
+    if len(sizes) != 1 or 0 in sizes:
+        raise ValueError(f"every seed must answer the same, non-empty set of questions; got sizes {sorted(sizes)}")
+    grid = np.asarray([[bool(c) for c in outcomes[s]] for s in seeds], dtype=float)  # seeds x questions
+    per_seed = grid.mean(axis=1)
+    per_question = grid.mean(axis=0)
+    n = per_question.size
+    mean, std, _ = mean_std(per_seed.tolist())
+    stderr = float(per_question.std()) / math.sqrt(n)  # ddof=0: with one seed, sqrt(p (1 - p) / n)
+    low = high = mean
+    if n >= 2 and float(np.ptp(per_question)) > 0:
+        from scipy.stats import bootstrap
+
+        ci = bootstrap((per_question,), np.mean, n_resamples=n_resamples, confidence_level=confidence,
+                       method="percentile", vectorized=True, batch=max(1, 2_000_000 // n),
+                       rng=np.random.default_rng(seeds[0]))
+        low, high = float(ci.confidence_interval.low), float(ci.confidence_interval.high)
+    missing = {s: sum(c is None for c in outcomes[s]) for s in seeds}
+    metrics = {
+        "accuracy": mean, "accuracy_std": std, "seeds": float(len(seeds)),
+        "accuracy_stderr": stderr, "accuracy_ci_low": low, "accuracy_ci_high": high,
+        "n": float(n), "missing_answers": sum(missing.values()) / len(seeds),
+        "missing_answers_total": float(sum(missing.values())),
+    }
+    if len(seeds) > 1:
+        for s, value in zip(seeds, per_seed):
+            metrics[f"accuracy/seed_{s}"] = float(value)
+            metrics[f"missing_answers/seed_{s}"] = float(missing[s])
+    return metrics
 
 
 def selfbiorag_model(path: str | None, backend_cfg, model):

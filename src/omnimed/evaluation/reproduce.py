@@ -2,7 +2,9 @@
 
 Each runnable row becomes one Hydra multirun over the table's distinct datasets at the chosen preset (so
 ``hydra/launcher=submitit_slurm`` spreads a table over a cluster and ``joblib`` over local cores). Every run lands in
-the table's W&B group. Every override is composed before anything runs, so a bad row fails first, by name.
+the table's W&B group. Before anything runs, every dataset key is checked (an unknown one stops the table, naming
+the row and column; a paper benchmark that no loader reads yet leaves its cells missing, with the reason) and every
+run's overrides are composed with the chosen launcher, so a bad row or launcher setting fails first, by name.
 """
 
 from __future__ import annotations
@@ -14,12 +16,15 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from omnimed.evaluation.manifest import ManifestError, PrepareStep, Row, TableManifest
+from omnimed.evaluation.datasets import dataset_status, known_datasets
+from omnimed.evaluation.manifest import RUNNABLE_METHODS, ManifestError, PrepareStep, Row, TableManifest
 from omnimed.evaluation.report import Cell, write_report
 
 
 MINIATURE = "miniature"
 AVERAGE = "average"  # a column computed as the mean of the row's other columns, not run
+DEFAULT_LAUNCHER = "basic"
+LAUNCHER_GROUP = "hydra/launcher="
 
 
 @dataclass
@@ -28,6 +33,7 @@ class RowPlan:
     slug: str
     overrides: list[str]
     datasets: dict[str, list[str]] = field(default_factory=dict)  # dataset key -> the columns it fills
+    pending: dict[str, str] = field(default_factory=dict)  # column -> why it is not run (no loader for its data)
     # the row's own overrides composed last: at miniature scale the preset hides them, but a row naming an
     # option that does not exist is wrong at every scale and must fail validation
     row_last: list[str] = field(default_factory=list)
@@ -39,9 +45,31 @@ def slug(text: str) -> str:
 
 def row_task(row: Row, manifest: TableManifest | None = None) -> str:
     """The ``omnimed-evaluate`` task a row runs: the table's ``task`` if it names one, else by the row's method."""
-    if manifest is not None and manifest.task:
-        return manifest.task
+    if manifest is not None:
+        return manifest.task_of(row)
     return "retrieval" if row.method == "retrieval" else "qa"
+
+
+def row_cell_status(row: Row) -> str:
+    """What a row that does not run shows in its cells: ``external``, ``missing`` (method not built) or
+    ``missing: <why>`` (its method is built but, e.g., its table's metric is not produced yet)."""
+    if row.status != "missing" or row.method not in RUNNABLE_METHODS:
+        return row.status
+    return f"missing: {row.reason}"
+
+
+def split_launcher(launcher: str, extra: list[str] | None) -> tuple[str, list[str]]:
+    """The launcher to use and the extra overrides without it: ``hydra/launcher=X`` among the extra overrides is
+    the same choice as ``--launcher X`` (given once, it is passed once); two different choices are an error."""
+    rest, named = [], []
+    for item in extra or []:
+        (named if item.startswith(LAUNCHER_GROUP) else rest).append(item)
+    choices = {item[len(LAUNCHER_GROUP):] for item in named}
+    if launcher != DEFAULT_LAUNCHER:
+        choices.add(launcher)
+    if len(choices) > 1:
+        raise ManifestError(f"two launchers given ({', '.join(sorted(choices))}): use --launcher once")
+    return (choices.pop() if choices else launcher), rest
 
 
 def plan_rows(manifest: TableManifest, preset: str, extra: list[str] | None = None) -> list[RowPlan]:
@@ -69,7 +97,12 @@ def plan_rows(manifest: TableManifest, preset: str, extra: list[str] | None = No
                        row_last=[f"task={task}", *manifest.presets[preset], *(extra or []), *own])
         for col in manifest.columns:
             key = manifest.datasets[preset][col]
-            if key != AVERAGE:
+            if key == AVERAGE:
+                continue
+            status, why = dataset_status(task, key)
+            if status == "pending":
+                plan.pending[col] = f"missing: dataset {key}: {why}"
+            else:  # known, or unknown: validate() stops the table on it, naming the row and column
                 plan.datasets.setdefault(key, []).append(col)
         plans.append(plan)
     return plans
@@ -84,23 +117,61 @@ def dataset_override(task: str, key: str) -> str:
     return f"{dataset_key(task)}={key}"
 
 
-def validate(plans: list[RowPlan], manifest: TableManifest) -> None:
-    """Compose every (row, dataset) config now; a row naming an unknown option fails here, naming the row."""
+def check_datasets(plans: list[RowPlan], manifest: TableManifest) -> None:
+    """Every dataset key a runnable row would run must be known to its task: an unknown one (a typo, a benchmark
+    nobody registered) stops the table here, naming the row, the column and the keys that exist."""
+    for plan in plans:
+        task = row_task(plan.row, manifest)
+        for key, columns in plan.datasets.items():
+            if dataset_status(task, key)[0] == "unknown":
+                listed = ", ".join([*known_datasets(task), AVERAGE])
+                raise ManifestError(f"{manifest.group}: row {plan.row.name!r}, column {columns[0]!r}: unknown dataset "
+                                    f"{key!r} for task={task}; known: {listed} ({AVERAGE}: the mean of the "
+                                    "row's other columns)")
+
+
+def run_overrides(plan: RowPlan, manifest: TableManifest, runs_dir: Path, launcher: str, datasets: str,
+                  ordered: list[str] | None = None) -> list[str]:
+    """The overrides of the row's ``omnimed-evaluate -m`` run over ``datasets`` (comma-separated keys): the
+    row's own, the launcher (once), where its runs go and their W&B group. ``ordered`` replaces the row's own
+    (validation composes the row's overrides last too)."""
+    sweep_key = dataset_key(row_task(plan.row, manifest))
+    return [
+        *(plan.overrides if ordered is None else ordered),
+        f"{sweep_key}={datasets}",
+        f"{LAUNCHER_GROUP}{launcher}",
+        f"hydra.sweep.dir={runs_dir / plan.slug}",
+        f"hydra.sweep.subdir=${{{sweep_key}}}",
+        f"logger.group={manifest.group}",
+        f"experiment={manifest.group}",
+        f"run_name={plan.slug}-${{{sweep_key}}}",
+    ]
+
+
+def validate(plans: list[RowPlan], manifest: TableManifest, *, launcher: str = DEFAULT_LAUNCHER,
+             runs_dir: Path | None = None) -> None:
+    """Check every dataset key, then compose every (row, dataset) run now, Hydra's own config included, with the
+    launcher it will run under (so ``hydra.launcher.*`` settings are checked against that launcher); a row naming
+    an unknown option fails here, naming the row."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     from omnimed.cli.common import conf_dir
     from omnimed.cli.schema import register_evaluate_configs
 
+    check_datasets(plans, manifest)
+    runs_dir = runs_dir or Path("runs")
     register_evaluate_configs()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
         for plan in plans:
-            for key in plan.datasets:
+            # a row whose every column waits for a loader runs nothing, but its overrides must still compose
+            for key in plan.datasets or [None]:
                 for ordered in (plan.overrides, plan.row_last):
-                    overrides = [*ordered, dataset_override(row_task(plan.row, manifest), key)]
+                    overrides = (run_overrides(plan, manifest, runs_dir, launcher, key, ordered) if key
+                                 else [*ordered, f"{LAUNCHER_GROUP}{launcher}"])
                     try:
-                        compose("evaluate", overrides=overrides)
+                        compose("evaluate", overrides=overrides, return_hydra_config=True)
                     except Exception as exc:  # Hydra raises several kinds; all mean the row is wrong
                         raise ManifestError(
                             f"{manifest.group}: row {plan.row.name!r} does not compose with {overrides}: {exc}"
@@ -109,17 +180,8 @@ def validate(plans: list[RowPlan], manifest: TableManifest) -> None:
 
 def run_row(plan: RowPlan, manifest: TableManifest, runs_dir: Path, launcher: str) -> subprocess.CompletedProcess:
     """One Hydra multirun over the row's datasets; each run writes ``<runs_dir>/<row>/<dataset>/metrics.json``."""
-    sweep_key = dataset_key(row_task(plan.row, manifest))
-    cmd = [
-        str(Path(sys.executable).parent / "omnimed-evaluate"), "-m", *plan.overrides,
-        f"{sweep_key}={','.join(plan.datasets)}",
-        f"hydra/launcher={launcher}",
-        f"hydra.sweep.dir={runs_dir / plan.slug}",
-        f"hydra.sweep.subdir=${{{sweep_key}}}",
-        f"logger.group={manifest.group}",
-        f"experiment={manifest.group}",
-        f"run_name={plan.slug}-${{{sweep_key}}}",
-    ]
+    cmd = [str(Path(sys.executable).parent / "omnimed-evaluate"), "-m",
+           *run_overrides(plan, manifest, runs_dir, launcher, ",".join(plan.datasets))]
     return subprocess.run(cmd, text=True, capture_output=True)
 
 
@@ -208,28 +270,34 @@ def reproduce(
     *,
     preset: str = "miniature",
     out_dir: Path,
-    launcher: str = "basic",
+    launcher: str = DEFAULT_LAUNCHER,
     extra: list[str] | None = None,
     dry_run: bool = False,
     log=print,
 ) -> tuple[dict[str, dict[str, Cell]], dict[str, Path]]:
     """Run the table's runnable rows and write its report; returns the cells and the report paths."""
+    launcher, extra = split_launcher(launcher, extra)
     plans = plan_rows(manifest, preset, extra)
-    validate(plans, manifest)
-    validate_prepare(manifest, preset, extra)
     runs_dir = out_dir / "runs" / manifest.table
+    validate(plans, manifest, launcher=launcher, runs_dir=runs_dir)
+    validate_prepare(manifest, preset, extra)
     if dry_run:
         for step in manifest.prepare.get(preset, []):
             log(f"prepare {step.name}: {' '.join(step.command)} -> {step.creates}")
-    elif plans:
+    elif any(plan.datasets for plan in plans):
         run_prepare(manifest, preset, runs_dir, extra, log)
     cells: dict[str, dict[str, Cell]] = {}
     for row in manifest.rows:
         if row.status != "runnable":
-            cells[row.name] = {c: Cell(status=row.status) for c in manifest.columns}
+            cells[row.name] = {c: Cell(status=row_cell_status(row)) for c in manifest.columns}
     for i, plan in enumerate(plans, start=1):
-        log(f"[{i}/{len(plans)}] {plan.row.name}: {', '.join(plan.datasets)}")
-        if dry_run:
+        waiting = sorted({why for why in plan.pending.values()})
+        log(f"[{i}/{len(plans)}] {plan.row.name}: {', '.join(plan.datasets) or 'nothing to run'}"
+            + (f" (not run: {'; '.join(w.removeprefix('missing: ') for w in waiting)})" if waiting else ""))
+        cells[plan.row.name] = {col: Cell(status=why) for col, why in plan.pending.items()}
+        if dry_run or not plan.datasets:
+            if not dry_run:
+                _fill_averages(manifest, preset, cells[plan.row.name])
             continue
         res = run_row(plan, manifest, runs_dir, launcher)
         reason = ""
@@ -237,7 +305,6 @@ def reproduce(
             errors = [line for line in (res.stderr or "").splitlines() if "Error" in line or "error:" in line]
             reason = errors[-1].strip() if errors else f"exit {res.returncode}"
             log(f"  failed: {reason}")
-        cells[plan.row.name] = {}
         for key, columns in plan.datasets.items():
             for col in columns:
                 cell = read_cell(runs_dir / plan.slug / key, manifest, col)

@@ -1,10 +1,13 @@
 """An on-disk cache in front of any backend: rerunning a stage costs no calls, an interrupted stage resumes.
 
-Every request is keyed by sha256 of (backend name, model id, method, prompt, meta, and the sampling parameters /
-continuation / token set). Results live in one SQLite file (WAL mode, so readers and another writer can share it),
-one row per request, committed as each batch of requests completes: a stage killed midway keeps every finished
-batch. Generations that failed (``Generation.error``) are not stored, so a rerun retries them. With greedy
-decoding the seed and ``top_p`` do not change the output and are left out of the key.
+Every request is keyed by sha256 of (backend name, model identity, method, prompt, meta, and the sampling
+parameters / continuation / token set). The model identity is the backend's ``cache_identity`` where it has one
+(the ``openai`` backend: served model, server URL and extra request fields, since its ``model_id`` is only the
+served name), else its ``model_id`` (which for ``hf`` / ``vllm`` already fingerprints the weights). Results live in
+one SQLite file (WAL mode, so readers and another writer can share it), one row per request, committed as each batch
+of requests completes: a stage killed midway keeps every finished batch. Generations that failed
+(``Generation.error``) are not stored, so a rerun retries them. With greedy decoding the seed and ``top_p`` do not
+change the output and are left out of the key.
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ class CachedBackend:
         self.backend = backend
         self.name = backend.name
         self.model_id = backend.model_id
+        # what keys the answers: more than the model's name where the backend says so (server, request options)
+        self.identity = str(getattr(backend, "cache_identity", None) or backend.model_id)
         self.batch_size = max(1, int(batch_size))
         self.hits = 0
         self.misses = 0
@@ -115,7 +120,7 @@ class CachedBackend:
         decode: Callable[[Any], Any] = lambda x: x,
         keep: Callable[[Any], bool] = lambda x: True,
     ) -> list[Any]:
-        keys = [request_key(self.name, self.model_id, method, r, e) for r, e in zip(requests, extras)]
+        keys = [request_key(self.name, self.identity, method, r, e) for r, e in zip(requests, extras)]
         out: list[Any] = [None] * len(requests)
         first: dict[str, int] = {}  # key -> first index asking for it (repeats within a call are asked once)
         with self._lock:

@@ -14,16 +14,23 @@ bounded concurrency, retries with exponential backoff, and timeouts.
 
 The API key is read from the environment variable named by ``api_key_env`` each time a request is sent. It is
 never stored on the object, and never appears in its repr, the cache key, log lines or error messages.
+
+``model_id`` is only the served model name, so the on-disk cache keys a call by :attr:`OpenAIBackend.cache_identity`:
+the model name, the server (``base_url`` without any ``user:password@``, query or fragment) and ``extra_body``
+(which changes the output, e.g. vLLM's ``skip_special_tokens``). Another server or another ``extra_body`` is another
+cache entry, never a stale answer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import threading
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
@@ -107,6 +114,20 @@ class OpenAIBackend:
     def __repr__(self) -> str:
         return (f"OpenAIBackend({self.base_url!r}, model={self.model_id!r}, key from ${self.api_key_env}, "
                 f"concurrency={self.concurrency})")
+
+    @property
+    def cache_identity(self) -> str:
+        """What the call cache keys this backend's answers by: the served model, the server and ``extra_body``
+        (sorted JSON). Credentials are never part of it: the key lives in the environment, and a ``user:pass@`` in
+        ``base_url`` as well as its query and fragment are dropped."""
+        parts = urlsplit(self.base_url)
+        host = parts.hostname or ""
+        if ":" in host:  # IPv6 literal
+            host = f"[{host}]"
+        netloc = f"{host}:{parts.port}" if parts.port else host
+        server = urlunsplit((parts.scheme.lower(), netloc.lower(), parts.path.rstrip("/"), "", ""))
+        body = json.dumps(self.extra_body, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+        return f"{self.model_id}@{server}#{body}"
 
     # ------------------------------------------------------------------------------------------- transport
     def _key(self) -> str | None:

@@ -4,7 +4,8 @@ Layout under ``<root>/<index_dir>/<name>/``::
 
     <source>-<key>/passages.jsonl      the chunked passages, row order = index order
     <source>-<key>/bm25-<key>/         bm25s files (memory-mapped on load)
-    <source>-<key>/dense-<key>/        FAISS index (or Qdrant storage) + meta.json naming the encoder
+    <source>-<key>/dense-<key>/        FAISS index (or Qdrant storage) + meta.json naming the encoder; a Qdrant
+                                       collection is named omnimed-<name>-<source>-<key>-dense-<key>
     <source>-<key>/manifest.json       fingerprints, config, counts, timings (written last: present = complete)
     graph-<key>.sqlite                 the concept store
     ../embeddings/                     the embedding cache, by content hash (shared; resumes an interrupted run)
@@ -188,7 +189,7 @@ def _text_source(cfg, corpus: SourceCorpus, base_dir: Path, encoder, cache, prog
 
 def _dense(cfg, src_dir: Path, manifest: dict, manifest_path: Path, texts, encoder, cache, progress: bool):
     from omnimed.knowledge.dense import FaissIndex
-    from omnimed.knowledge.qdrant import QdrantIndex
+    from omnimed.knowledge.qdrant import QdrantIndex, collection_name
 
     d = cfg.dense
     settings = {k: v for k, v in dataclasses.asdict(d).items()
@@ -204,8 +205,10 @@ def _dense(cfg, src_dir: Path, manifest: dict, manifest_path: Path, texts, encod
     vectors = cache.embed(encoder, texts, batch_size=d.embed_shard_size, progress=progress)
     embed_s = time.perf_counter() - t0
     if kind == "qdrant":
+        # Named by the dense key (encoder + index settings) as well as the source key: on a server every index
+        # of this source shares one namespace, and a second encoder must get a collection of its own.
         index = QdrantIndex.build(vectors, directory=dense_dir, url=d.qdrant_url, encoder=encoder.fingerprint,
-                                  collection=f"omnimed-{cfg.name}-{src_dir.name}")
+                                  collection=collection_name("omnimed", cfg.name, src_dir.name, dense_dir.name))
     else:
         index = FaissIndex.build(
             vectors, kind=kind, hnsw_m=d.hnsw_m, ef_construction=d.ef_construction, ef_search=d.ef_search,

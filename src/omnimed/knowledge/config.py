@@ -3,10 +3,12 @@ indexed, how a search is fused and reranked. The defaults are the papers' where 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Optional
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from typing import Any, Optional
 
 from omnimed.data.records import SOURCE_KINDS
+from omnimed.knowledge.types import KnowledgeError
 
 TEXT_SOURCES: tuple[str, ...] = tuple(s for s in SOURCE_KINDS if s != "graph")
 RETRIEVERS: tuple[str, ...] = ("bm25", "dense", "hybrid")
@@ -21,6 +23,58 @@ class ChunkingConfig:
     unit: str = "words"
     size: int = 128
     overlap: int = 32
+
+
+@dataclass
+class SourceChunkingConfig:
+    """One source's chunking: each field left unset (null) takes the value of ``chunking.default``, so
+    ``knowledge.chunking.book.size=256`` changes only the book's window size."""
+
+    unit: Optional[str] = None
+    size: Optional[int] = None
+    overlap: Optional[int] = None
+
+
+@dataclass
+class ChunkingSettings:
+    """``default`` applies to every text source; ``book`` / ``guideline`` / ``research`` / ``wiki`` override it
+    field by field (the graph source is a concept store, never chunked). Explicit fields, not a free-form dict,
+    so Hydra overrides reach them from the command line, e.g. ``knowledge.chunking.book.unit=chars
+    knowledge.chunking.book.size=1000 knowledge.chunking.book.overlap=0`` or
+    ``knowledge.chunking.research={unit: none}``."""
+
+    default: ChunkingConfig = field(default_factory=ChunkingConfig)
+    book: SourceChunkingConfig = field(default_factory=SourceChunkingConfig)
+    guideline: SourceChunkingConfig = field(default_factory=SourceChunkingConfig)
+    research: SourceChunkingConfig = field(default_factory=SourceChunkingConfig)
+    wiki: SourceChunkingConfig = field(default_factory=SourceChunkingConfig)
+
+    @classmethod
+    def from_dict(cls, chunking: Mapping[str, Any]) -> ChunkingSettings:
+        """From the older ``{source or "default": ChunkingConfig or dict}`` form; an unknown key is an error."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(chunking) - known)
+        if unknown:
+            raise KnowledgeError(f"knowledge.chunking: unknown key(s) {unknown}; expected some of {sorted(known)}")
+
+        def as_dict(value: Any) -> dict[str, Any]:
+            return asdict(value) if is_dataclass(value) else dict(value or {})
+
+        out = cls()
+        if "default" in chunking:
+            out.default = ChunkingConfig(**{**asdict(out.default), **as_dict(chunking["default"])})
+        for source in known - {"default"}:
+            if source in chunking:
+                setattr(out, source, SourceChunkingConfig(**as_dict(chunking[source])))
+        return out
+
+    def resolve(self, source: str) -> ChunkingConfig:
+        """``source``'s chunking: its own fields where set, the default's elsewhere."""
+        own = getattr(self, source, None) if source in TEXT_SOURCES else None
+        merged = asdict(self.default)
+        if own is not None:
+            merged.update({k: v for k, v in asdict(own).items() if v is not None})
+        return ChunkingConfig(**merged)
 
 
 @dataclass
@@ -99,7 +153,8 @@ class KnowledgeConfig:
     laid out like realdata's ``graph/``).
     ``indexes`` lists what is built per text source (bm25, dense); ``retriever`` is what ``search`` uses by
     default (bm25 | dense | hybrid = reciprocal-rank fusion of the top ``fusion_depth`` of each, constant
-    ``fusion_k``).
+    ``fusion_k``). ``chunking``: ``default`` for every text source, overridden per source field by field
+    (``knowledge.chunking.book.size=256``, ``knowledge.chunking.research={unit: none}``).
     """
 
     name: str = "world_small"
@@ -115,12 +170,16 @@ class KnowledgeConfig:
     k: int = 10
     fusion_k: int = 60
     fusion_depth: int = 100
-    chunking: dict[str, ChunkingConfig] = field(default_factory=lambda: {"default": ChunkingConfig()})
+    chunking: ChunkingSettings = field(default_factory=ChunkingSettings)
     sparse: SparseConfig = field(default_factory=SparseConfig)
     dense: DenseConfig = field(default_factory=DenseConfig)
     rerank: RerankConfig = field(default_factory=RerankConfig)
     graph: GraphConfig = field(default_factory=GraphConfig)
     index_dir: str = "indexes"
 
+    def __post_init__(self) -> None:
+        if isinstance(self.chunking, Mapping):  # the older dict form, from Python callers
+            self.chunking = ChunkingSettings.from_dict(self.chunking)
+
     def chunking_for(self, source: str) -> ChunkingConfig:
-        return self.chunking.get(source) or self.chunking.get("default") or ChunkingConfig()
+        return self.chunking.resolve(source)

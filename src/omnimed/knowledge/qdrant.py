@@ -5,15 +5,22 @@ process at a time, exact search), in-memory (neither directory nor url: tests an
 (``url=``; the API key is read from the environment variable named by ``api_key_env`` and is never logged or
 stored). Point id = row index; the collection uses cosine distance by default.
 
-Layout of a saved index folder: ``meta.json`` (ours: mode, collection, dim, n, encoder fingerprint) and, in
-local mode, ``qdrant/`` (the client's storage; it writes its own ``meta.json`` there, hence the subfolder).
-``meta.json`` is written last, so a build or save that was interrupted is reported as incomplete on load.
+Layout of a saved index folder: ``meta.json`` (ours: mode, collection, dim, n, encoder fingerprint)
+and, in local mode, ``qdrant/`` (the client's storage; it writes its own ``meta.json`` there, hence the
+subfolder). ``meta.json`` is written last, so a build or save that was interrupted is reported as incomplete on
+load.
+
+The collection itself carries the encoder fingerprint in its metadata, and ``load`` checks it and the
+collection's vector size, not only ``meta.json``: on a server, ``meta.json`` lives on this machine while
+the collection can be replaced by any other build that uses its name.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 import shutil
 from pathlib import Path
 from types import TracebackType
@@ -31,7 +38,7 @@ from omnimed.knowledge.dense import (
     read_index_meta,
     write_json_atomic,
 )
-from omnimed.knowledge.encoders import check_fingerprint, describe_fingerprint
+from omnimed.knowledge.encoders import check_fingerprint, describe_fingerprint, fingerprint_id_of
 from omnimed.knowledge.types import IndexMismatchError, KnowledgeError, Ranking
 
 if TYPE_CHECKING:
@@ -42,6 +49,22 @@ log = logging.getLogger(__name__)
 STORAGE_DIR = "qdrant"
 _DISTANCES = {"cosine": qm.Distance.COSINE, "ip": qm.Distance.DOT}
 _QUERY_BATCH = 256
+_META_ENCODER = "omnimed_encoder"  # collection metadata: the encoder fingerprint as canonical JSON
+_META_ENCODER_ID = "omnimed_encoder_id"
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+MAX_COLLECTION_NAME = 255
+
+
+def _canonical(fingerprint: dict[str, Any]) -> str:
+    return json.dumps(fingerprint, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def collection_name(*parts: str) -> str:
+    """A valid Qdrant collection name from ``parts``, joined by ``-``: characters other than ASCII letters,
+    digits, ``_`` and ``-`` become ``_`` and the name is cut to Qdrant's 255 characters (keeping the end, where
+    the index keys are)."""
+    name = "-".join(_UNSAFE.sub("_", str(p)).strip("_") or "_" for p in parts)
+    return name[-MAX_COLLECTION_NAME:]
 
 
 def _open_local(path: Path) -> QdrantClient:
@@ -207,6 +230,14 @@ class QdrantIndex:
             raise
         return index
 
+    def _collection_metadata(self) -> dict[str, Any]:
+        """What the collection says about itself: the encoder that made its vectors and the build that wrote it."""
+        meta: dict[str, Any] = {}
+        if self.encoder is not None:
+            meta[_META_ENCODER] = _canonical(self.encoder)
+            meta[_META_ENCODER_ID] = fingerprint_id_of(self.encoder)
+        return meta
+
     def _fill(self, data: np.ndarray, batch_size: int) -> None:
         """Recreate the collection and upsert ``data`` batch by batch (ids = row numbers)."""
         if self.client.collection_exists(self.collection):
@@ -214,6 +245,7 @@ class QdrantIndex:
         self.client.create_collection(
             self.collection,
             vectors_config=qm.VectorParams(size=self._dim, distance=_DISTANCES[self.metric]),
+            metadata=self._collection_metadata(),
         )
         for start in range(0, len(data), batch_size):
             chunk = data[start : start + batch_size]
@@ -290,6 +322,7 @@ class QdrantIndex:
         other.create_collection(
             self.collection,
             vectors_config=qm.VectorParams(size=self._dim, distance=_DISTANCES[self.metric]),
+            metadata=self._collection_metadata(),
         )
         offset = None
         while True:
@@ -319,7 +352,9 @@ class QdrantIndex:
         """Open an index saved by ``build(directory=...)`` or ``save``; the encoder fingerprint must match.
 
         ``url`` / ``api_key_env`` override the saved server settings (e.g. the same collection behind another
-        address). The collection must exist and hold as many points as when it was saved.
+        address). The collection must exist, hold as many points as when it was saved, have vectors of the saved
+        dimension, and its metadata must name the same encoder as ``meta.json``: a collection that
+        another build has since replaced is refused with ``IndexMismatchError`` instead of being searched.
         """
         folder = Path(directory)
         meta = read_index_meta(folder, "Qdrant index")
@@ -361,7 +396,7 @@ class QdrantIndex:
             hnsw_ef=hnsw_ef if hnsw_ef is not None else meta.get("hnsw_ef"),
         )
         try:
-            index._verify(folder)
+            index._verify(folder, expect_encoder)
         except ApiException as exc:
             index.close()
             raise KnowledgeError(f"Qdrant {index!r} (from {folder}) cannot be read: {exc}") from exc
@@ -370,11 +405,34 @@ class QdrantIndex:
             raise
         return index
 
-    def _verify(self, folder: Path) -> None:
+    def _verify(self, folder: Path, expect_encoder: dict[str, Any] | None = None) -> None:
+        """Check the collection itself (not only our ``meta.json``): it exists, its vectors have the expected
+        dimension, its metadata names the expected encoder, and it holds ``n`` points."""
         if not self.client.collection_exists(self.collection):
             raise KnowledgeError(
                 f"Qdrant index {folder}: collection {self.collection!r} does not exist; rebuild it"
             )
+        where = f"Qdrant collection {self.collection!r} (index {folder})"
+        config = self.client.get_collection(self.collection).config
+        vectors = config.params.vectors
+        size = getattr(vectors, "size", None)
+        if size is None:
+            raise KnowledgeError(f"{where} has named vectors {sorted(vectors or {})}, not one unnamed vector")
+        wanted = (expect_encoder or {}).get("dim") or self._dim
+        if size != self._dim or size != wanted:
+            raise IndexMismatchError(
+                f"{where} holds {size}-d vectors, but {folder / META_FILE} says {self._dim}-d and "
+                f"{describe_fingerprint(expect_encoder or self.encoder)} was asked for (dimension {size} != "
+                f"{wanted}); another build replaced the collection: rebuild this index"
+            )
+        metadata = config.metadata or {}
+        wanted_encoder = expect_encoder or self.encoder
+        if _META_ENCODER in metadata:
+            if wanted_encoder is not None and metadata[_META_ENCODER] != _canonical(wanted_encoder):
+                check_fingerprint(json.loads(metadata[_META_ENCODER]), wanted_encoder, where)
+        elif wanted_encoder is not None:
+            log.warning("%s has no encoder fingerprint in its metadata (built by an older omnimed or another "
+                        "tool?); only its dimension and point count were checked", where)
         stored = self.client.count(self.collection, exact=True).count
         if stored != self._n:
             raise KnowledgeError(

@@ -18,15 +18,15 @@ A teacher reply without a valid token of the asked type is dropped and counted, 
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from omnimed.data.records import InstructionExample, Passage
 from omnimed.generation.types import Request, SamplingParams
 from omnimed.methods.selfbiorag import prompts
-from omnimed.methods.selfbiorag.instructions import in_subset, load_instructions, split_of
+from omnimed.methods.selfbiorag.instructions import in_subset, load_instructions, stage_inputs, split_of
 from omnimed.methods.selfbiorag.tokens import CONTRACT_VERSION, CRITIC_CHOICES
-from omnimed.stages import StageDir, StageResult, batches
+from omnimed.stages import StageResult, batches, open_stage
 
 STAGE = "selfbiorag_critic_data"
 
@@ -90,11 +90,7 @@ def build_critic_data(cfg: CriticDataConfig, *, teacher, kb, knowledge=None, roo
                       progress: bool = True, log=print) -> StageResult:
     """Run the stage (or reuse its finished output); ``teacher``: a generation backend; ``kb``: a knowledge base
     for the evidence (None with ``evidence_k=0``)."""
-    settings = {**asdict(cfg), "teacher": teacher.model_id, "contract": CONTRACT_VERSION,
-                "prompts": prompts.PROMPT_VERSION, "knowledge": getattr(getattr(kb, "cfg", None), "name", None)}
-    settings.pop("out")
-    settings.pop("batch_size")
-    stage = StageDir(STAGE, settings, root=root, out=cfg.out)
+    stage = open_stage(STAGE, cfg, root=root, **stage_inputs(cfg.instructions, teacher, kb))
     if stage.finished():
         counts = stage.manifest()["critic_counts"]
         log(f"{STAGE}: already built in {stage.path} ({counts['train']} train / {counts['dev']} dev critic examples); nothing to do")
@@ -107,6 +103,8 @@ def build_critic_data(cfg: CriticDataConfig, *, teacher, kb, knowledge=None, roo
     rng = random.Random(cfg.seed)
     sample = rng.sample(pool, min(cfg.n_examples, len(pool)))
     swap = {ex.id: rng.random() < cfg.mismatched_fraction for ex in sample}
+    # a mismatched example borrows the output of a random other example (three draws, so one hit is near certain;
+    # drawn for every example, used only where swap says so, so the sample does not depend on the fraction)
     donors = {ex.id: rng.choice([d for d in (rng.choice(pool) for _ in range(3)) if d.id != ex.id] or pool).output
               for ex in sample}
     done = stage.start()

@@ -17,13 +17,13 @@ such as ``[Continue Generation]``.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from omnimed.data.records import InstructionExample, Passage, ReflectiveLabels
 from omnimed.generation.types import Request, SamplingParams
 from omnimed.methods.selfbiorag import prompts
-from omnimed.methods.selfbiorag.instructions import in_subset, load_instructions
+from omnimed.methods.selfbiorag.instructions import in_subset, load_instructions, stage_inputs
 from omnimed.methods.selfbiorag.tokens import (
     CONTRACT_VERSION,
     RELEVANT,
@@ -32,7 +32,7 @@ from omnimed.methods.selfbiorag.tokens import (
     format_output,
     read_choice,
 )
-from omnimed.stages import StageDir, StageResult, batches
+from omnimed.stages import StageResult, batches, open_stage
 
 STAGE = "selfbiorag_generator_data"
 
@@ -80,11 +80,7 @@ def _best(judged: list[tuple[Passage, str, str | None]]) -> tuple[Passage, str, 
 def build_generator_data(cfg: GeneratorDataConfig, *, critic, kb, knowledge=None, root: str = ".",
                          progress: bool = True, log=print) -> StageResult:
     """Run the stage (or reuse its finished output); ``critic``: a generation backend serving the critic LM."""
-    settings = {**asdict(cfg), "critic": critic.model_id, "contract": CONTRACT_VERSION,
-                "prompts": prompts.PROMPT_VERSION, "knowledge": getattr(getattr(kb, "cfg", None), "name", None)}
-    settings.pop("out")
-    settings.pop("batch_size")
-    stage = StageDir(STAGE, settings, root=root, out=cfg.out)
+    stage = open_stage(STAGE, cfg, root=root, **stage_inputs(cfg.instructions, critic, kb))
     if stage.finished():
         counts = stage.manifest()["generator_counts"]
         log(f"{STAGE}: already built in {stage.path} ({counts['kept']} of {counts['examples']} examples kept); nothing to do")

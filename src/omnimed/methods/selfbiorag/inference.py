@@ -8,7 +8,8 @@ For each question the generator M is asked, in its own output layout (:mod:`~omn
 2. **without evidence**: the answer follows ``[No Retrieval]``;
 3. **with evidence**: the top ``top_k`` passages are retrieved; for each, the reply is started with
    ``[Retrieval]<paragraph>EVIDENCE</paragraph>``, M's REL token distribution is read, M answers after its most
-   likely REL token, then its SUP and USE distributions after the answer are read, and the passage's score is
+   likely REL token, then its SUP (only after ``[Relevant]``, as in the training layout; 0 otherwise) and USE
+   distributions after the answer are read, and the passage's score is
    S = w_rel s_rel + w_sup s_sup + w_use s_use with the normalised probabilities of appendix 4 (Eqs. 2-4). The
    answer given with the best-scoring passage is kept.
 
@@ -35,6 +36,7 @@ from omnimed.methods.selfbiorag.tokens import (
     PARAGRAPH_OPEN,
     REFLECTIVE_TOKENS,
     RELEVANCE_LABELS,
+    RELEVANT,
     RETRIEVE,
     SUPPORT_LABELS,
     UTILITY_LABELS,
@@ -228,17 +230,24 @@ class SelfBioRAG:
         rel_tok = [_best(lp, RELEVANCE_LABELS) for lp in rel]
         answers = self._answers([(questions[qi], h + t, m) for (qi, _), h, t, m in zip(branches, heads, rel_tok, metas)])
         after = [h + t + text for h, t, (_, text) in zip(heads, rel_tok, answers)]
-        sup = self.backend.next_token_logprobs(
-            [self._request(questions[qi], a, "support", answer=text, **m)
-             for (qi, _), a, (_, text), m in zip(branches, after, answers, metas)], list(SUPPORT_LABELS))
-        sup_tok = [_best(lp, SUPPORT_LABELS) for lp in sup]
+        # SUP is judged only after evidence the generator found relevant (the training layout writes no SUP after
+        # [Irrelevant]); an irrelevant branch gets s_sup = 0 and its USE is read right after the answer
+        judged = [i for i, t in enumerate(rel_tok) if t == RELEVANT]
+        sup: list[dict[str, float] | None] = [None] * len(branches)
+        got = self.backend.next_token_logprobs(
+            [self._request(questions[branches[i][0]], after[i], "support", answer=answers[i][1], **metas[i])
+             for i in judged], list(SUPPORT_LABELS)) if judged else []
+        for i, lp in zip(judged, got):
+            sup[i] = lp
+        sup_tok = [_best(lp, SUPPORT_LABELS) if lp is not None else "" for lp in sup]
         use = self.backend.next_token_logprobs(
             [self._request(questions[qi], a + s, "utility", answer=text, **m)
              for (qi, _), a, s, (_, text), m in zip(branches, after, sup_tok, answers, metas)], list(UTILITY_LABELS))
         out: list[list[Candidate]] = [[] for _ in questions]
         c = self.cfg
         for (qi, p), r, rt, (letter, text), s, u in zip(branches, rel, rel_tok, answers, sup, use):
-            s_rel, s_sup, s_use = relevance_score(_probs(r)), support_score(_probs(s)), utility_score(_probs(u))
+            s_sup = support_score(_probs(s)) if s is not None else 0.0
+            s_rel, s_use = relevance_score(_probs(r)), utility_score(_probs(u))
             out[qi].append(Candidate(p.id, rt, s_rel, s_sup, s_use, c.w_rel * s_rel + c.w_sup * s_sup + c.w_use * s_use,
                                      letter, text))
         return out

@@ -37,6 +37,25 @@ def load_instructions(source: str, *, knowledge=None, splits: tuple[str, ...] | 
     return examples
 
 
+def stage_inputs(source: str, backend, kb) -> dict:
+    """What a Self-BioRAG stage's output depends on beyond its own settings: the instructions (a file's content
+    hash; the world is covered by the knowledge config), the model behind ``backend``, the knowledge base's
+    settings, and the versions of the token contract and the prompts."""
+    import dataclasses
+
+    from omnimed.methods.selfbiorag import prompts
+    from omnimed.methods.selfbiorag.tokens import CONTRACT_VERSION
+
+    origin = source
+    if source != "world":
+        path = Path(source)
+        jsonl = path / "records.jsonl" if path.is_dir() else path
+        origin = hashlib.sha256(jsonl.read_bytes()).hexdigest() if jsonl.is_file() else source
+    return {"instructions_origin": origin, "backend": backend.model_id,
+            "knowledge": dataclasses.asdict(kb.cfg) if kb is not None else None,
+            "contract": CONTRACT_VERSION, "prompts": prompts.PROMPT_VERSION}
+
+
 def in_subset(example: InstructionExample, subset: str) -> bool:
     """``domain``: examples marked as needing domain knowledge (``metadata['needs_retrieval']``, or a gold
     ``[Retrieval]`` label); ``general``: the others; ``all``: every example."""

@@ -223,3 +223,37 @@ def test_several_seeds_pool_the_interval_over_questions_and_count_missing_answer
     assert (one["accuracy"], one["accuracy_stderr"], one["accuracy_ci_low"], one["accuracy_ci_high"]) == \
         pytest.approx((ref.value, ref.stderr, ref.ci_low, ref.ci_high))
     assert one["missing_answers"] == 1 and "accuracy/seed_3" not in one
+
+
+# ------------------------------------------------------------------------------------------------ long form
+def test_open_answers_are_judged_statement_by_statement_and_averaged_per_answer():
+    from omnimed.evaluation.longform import score_answers
+
+    world = build_world(seed=0, size="tiny")
+    judge = OracleBackend(world)
+    q = world.open_questions[0]
+    stranger = next(p.title for p in world.passages
+                    if p.source == "graph" and p.title and p.title.lower() not in q.reference_answer.lower()
+                    and p.title.split()[0].istitle())
+    answers = [q.reference_answer, f"It is treated with {stranger}. The weather was mild that year.", None]
+    per_answer, m = score_answers([q, q, q], answers, judge)
+    assert set(per_answer[0]["labels"]) == {"correct"}
+    assert per_answer[1]["labels"] == ["incorrect", "not_mentioned"]
+    assert per_answer[2]["statements"] == [] and m["answers_without_statements"] == 1
+    assert m["statement_correct_ratio"] == pytest.approx((1.0 + 0.0) / 2)  # per answer, answers with statements
+    assert m["statement_incorrect_ratio"] == pytest.approx(0.25) and m["statement_not_mentioned_ratio"] == 0.25
+    n0 = len(per_answer[0]["statements"])
+    assert m["statement_correct_count"] == pytest.approx(n0 / 3)  # counts: mean over every answer
+
+
+def test_evaluate_qa_on_open_questions_writes_statement_metrics(tmp_path):
+    out = tmp_path / "run"
+    res = subprocess.run([str(Path(sys.executable).parent / "omnimed-evaluate"), "task=qa", "task.dataset=world_open",
+                          "task.split=null", "backend=oracle", "task.judge.name=oracle", "knowledge=world_tiny",
+                          f"paths.root={tmp_path}", f"hydra.run.dir={out}", "logger=csv"],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["statement_correct_ratio"] == 1.0 and "accuracy" not in m and m["n"] == 6
+    rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert all(r["labels"] and set(r["labels"]) == {"correct"} for r in rows)

@@ -51,15 +51,24 @@ def main(cfg: DictConfig) -> float | None:
         m = result.metrics
         table = Table(title=f"omnimed-evaluate: {obj.pipeline.name} on {obj.task.dataset} ({obj.backend.name})",
                       show_header=False)
-        table.add_row("accuracy", f"{m['accuracy']:.4f}  [95% CI {m['accuracy_ci_low']:.4f}, "
-                                  f"{m['accuracy_ci_high']:.4f}]  SE {m['accuracy_stderr']:.4f}")
-        table.add_row("questions", f"{m['n']:.0f} x {m['seeds']:.0f} seed(s); std over seeds {m['accuracy_std']:.4f}")
+        if "accuracy" in m:
+            table.add_row("accuracy", f"{m['accuracy']:.4f}  [95% CI {m['accuracy_ci_low']:.4f}, "
+                                      f"{m['accuracy_ci_high']:.4f}]  SE {m['accuracy_stderr']:.4f}")
+            table.add_row("questions", f"{m['n']:.0f} x {m['seeds']:.0f} seed(s); std over seeds "
+                                       f"{m['accuracy_std']:.4f}")
+        else:  # open answers, judged statement by statement
+            for label in ("correct", "incorrect", "not_mentioned", "unparsed"):
+                count = m.get(f"statement_{label}_count")
+                table.add_row(f"statements {label}", f"{m[f'statement_{label}_ratio']:.3f} of an answer"
+                              + (f", {count:.2f} per answer" if count is not None else ""))
+            table.add_row("questions", f"{m['n']:.0f} x {m['seeds']:.0f} seed(s); "
+                                       f"{m['answers_without_statements']:.0f} answers without statements")
         table.add_row("missing / malformed answers", f"{m['missing_answers']:.0f}"
                       + (f"  ({', '.join(f'{k}: {v}' for k, v in result.problems.items())})" if result.problems else ""))
         table.add_row("outputs", f"{result.output_dir}/metrics.json, predictions.jsonl"
                       + (f"; logger: {result.logger_dir}" if result.logger_dir else ""))
         console.print(table)
-        return m["accuracy"]
+        return m.get("accuracy", m.get("statement_correct_ratio"))
     if obj.task.name == "critic_accuracy":
         from omnimed.evaluation.critic import TYPES, run_critic_evaluation
 

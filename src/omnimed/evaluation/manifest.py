@@ -26,7 +26,7 @@ KNOWN_METHODS: frozenset[str] = RUNNABLE_METHODS | {
 #: as ``<metric>``). A row whose table needs a metric its task does not produce is missing, not run: adding a
 #: metric to a task is one entry here (e.g. statement ratios for task=qa on open questions).
 PRODUCED_METRICS: dict[str, frozenset[str]] = {
-    "qa": frozenset({"accuracy"}),
+    "qa": frozenset({"accuracy", "statement_*_ratio", "statement_*_count"}),
     "retrieval": frozenset({"hit@[0-9]*", "ndcg@[0-9]*", "recall@[0-9]*", "mrr"}),
     "critic_accuracy": frozenset({"accuracy", "utility/accuracy", "retrieval/accuracy", "relevance/accuracy",
                                   "support/accuracy"}),
@@ -103,6 +103,7 @@ class TableManifest(BaseModel):
     task: Optional[str] = None  # the omnimed-evaluate task of every row (default: retrieval rows retrieval, others qa)
     prepare: dict[str, list[PrepareStep]] = Field(default_factory=dict)  # preset -> steps run before the rows
     scale: float = 100.0
+    scales: dict[str, float] = Field(default_factory=dict)  # column -> scale, where a column differs (counts: 1)
     columns: list[str]
     datasets: dict[str, dict[str, str]]
     presets: dict[str, list[str]]
@@ -127,6 +128,9 @@ class TableManifest(BaseModel):
         stray = set(self.prepare) - set(self.presets)
         if stray:
             raise ValueError(f"prepare: presets {sorted(stray)} are not among presets {sorted(self.presets)}")
+        odd_scales = set(self.scales) - set(self.columns)
+        if odd_scales:
+            raise ValueError(f"scales: unknown columns {sorted(odd_scales)}; columns are {self.columns}")
         unknown = set(self.metrics) - set(self.columns)
         if unknown:
             raise ValueError(f"metrics: unknown columns {sorted(unknown)}; columns are {self.columns}")
@@ -145,6 +149,9 @@ class TableManifest(BaseModel):
 
     def metric_for(self, column: str) -> str:
         return self.metrics.get(column, self.metric)
+
+    def scale_for(self, column: str) -> float:
+        return self.scales.get(column, self.scale)
 
     def task_of(self, row: Row) -> str:
         """The ``omnimed-evaluate`` task a row runs: the table's ``task`` if it names one, else by the row's

@@ -179,8 +179,8 @@ def judge_statements(backend, reference: str, statements: Sequence[str], *, ques
     if not statements:
         return []
     meta = {"task": "judge_statement", **({"question_id": question_id} if question_id else {})}
-    requests = [Request(statement_judge_messages(reference, s, question), {**meta, "statement_index": i})
-                for i, s in enumerate(statements)]
+    requests = [Request(statement_judge_messages(reference, s, question),
+                        {**meta, "statement_index": i, "statement": s}) for i, s in enumerate(statements)]
     gens = backend.generate(requests, params or SamplingParams(max_new_tokens=32))
     if len(gens) != len(requests):
         raise RuntimeError(f"judge backend returned {len(gens)} results for {len(requests)} statements")

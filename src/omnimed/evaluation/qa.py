@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from omnimed.data.records import MultipleChoiceQuestion
+from omnimed.data.records import MultipleChoiceQuestion, OpenQuestion
+from omnimed.generation.factory import BackendConfig
 
 
 @dataclass
@@ -36,6 +37,9 @@ class QATaskConfig:
     data_dir: Optional[str] = None
     seeds: list[int] = field(default_factory=lambda: [0])
     bootstrap_resamples: int = 1000
+    # long-form (open) questions: the backend that labels each statement of an answer against the reference
+    # (PolyRAG uses GPT-4: judge.name=openai judge.model=...); model null: the run's model
+    judge: BackendConfig = field(default_factory=BackendConfig)
 
 
 @dataclass
@@ -69,10 +73,14 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
 
     output_dir = Path(output_dir)
     questions = _questions(cfg)
-    if not all(isinstance(q, MultipleChoiceQuestion) for q in questions):
-        raise ValueError(f"task.dataset={cfg.task.dataset}: open questions need a long-form metric (statement "
-                         "ratios with a judge), which task=qa does not score yet; use a multiple-choice dataset")
+    longform = all(isinstance(q, OpenQuestion) for q in questions)
+    if not longform and not all(isinstance(q, MultipleChoiceQuestion) for q in questions):
+        raise ValueError(f"task.dataset={cfg.task.dataset}: mixes multiple-choice and open questions; a run scores "
+                         "one kind (accuracy, or statement ratios for open answers)")
     selfbiorag = cfg.pipeline.name == "selfbiorag"
+    if longform and selfbiorag:
+        raise ValueError(f"task.dataset={cfg.task.dataset}: pipeline=selfbiorag answers multiple-choice questions; "
+                         "use pipeline=closed_book or rag for open questions")
     kb = None
     if cfg.pipeline.name == "rag" or (selfbiorag and cfg.pipeline.retrieval != "never"):
         from omnimed.knowledge.build import build_knowledge_base
@@ -87,8 +95,14 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
     if selfbiorag:
         backend_cfg, model = selfbiorag_model(cfg.pipeline.generator_model, backend_cfg, model)
     backend = build_backend(backend_cfg, model=model, world=world, cache_root=Path(cfg.paths.cache))
+    judge = None
+    if longform:
+        from omnimed.evaluation.longform import score_answers
+
+        judge = build_backend(cfg.task.judge, model=cfg.model, world=world, cache_root=Path(cfg.paths.cache))
 
     outcomes: dict[int, list[bool | None]] = {}  # seed -> per question: correct, wrong, or None (no answer)
+    judged: dict[int, dict[str, float]] = {}  # seed -> long-form statement metrics
     rows: list[dict[str, Any]] = []
     problems: dict[str, float] = {}
     for seed in dict.fromkeys(cfg.task.seeds):  # a repeated seed would only repeat its run
@@ -107,14 +121,23 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
             found = [(o.prediction, o.correct, o.problem, [p.id for p in ev], o.raw, {})
                      for o, ev in zip(result.outputs, result.evidence)]
         outcomes[seed] = [None if f[0] is None else bool(f[1]) for f in found]
+        if longform:
+            per_answer, judged[seed] = score_answers(questions, [f[0] for f in found], judge)
+            found = [(*f[:5], {**f[5], "statements": a["statements"], "labels": a["labels"]})
+                     for f, a in zip(found, per_answer)]
         for q, (prediction, ok, problem, evidence, raw, extra) in zip(questions, found):
             if problem:
                 problems[problem.split(":")[0]] = problems.get(problem.split(":")[0], 0) + 1
             rows.append({
-                "seed": seed, "question_id": q.id, "gold": q.answer, "prediction": prediction,
+                "seed": seed, "question_id": q.id,
+                "gold": q.reference_answer if longform else q.answer, "prediction": prediction,
                 "correct": bool(ok), "problem": problem, "evidence": evidence, "output": raw, **extra,
             })
     metrics = seed_summary(outcomes, n_resamples=cfg.task.bootstrap_resamples)
+    if longform:  # open answers are judged, not right or wrong: drop accuracy, keep counts of missing answers
+        metrics = {k: v for k, v in metrics.items() if not k.startswith("accuracy")}
+        for key in next(iter(judged.values())):
+            metrics[key] = sum(m[key] for m in judged.values()) / len(judged)
     if len(outcomes) > 1:  # per seed, like n and missing_answers
         problems = {reason: count / len(outcomes) for reason, count in problems.items()}
     if selfbiorag:

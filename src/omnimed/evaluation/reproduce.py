@@ -243,7 +243,7 @@ def read_cell(run_dir: Path, manifest: TableManifest, column: str) -> Cell:
         if len(candidates) != 1:
             return Cell(status=f"failed: no {key!r} in metrics.json", run_dir=str(run_dir))
         key = candidates[0]
-    s = manifest.scale
+    s = manifest.scale_for(column)
 
     def scaled(name: str) -> float | None:
         return metrics[name] * s if name in metrics and metrics[name] is not None else None

@@ -10,6 +10,7 @@ against it in the miniature setting. A task names the ids it needs::
     support           {question_id, passage_id, answer?}  -> "[Fully supported]" | "[Partially supported]" | ...
     utility           {question_id, answer}               -> "[Utility:1]" ... "[Utility:5]" (of the answer)
     passage_utility   {question_id, passage_id}           -> "[Utility:1]" ... "[Utility:5]" (of the passage)
+    judge_statement   {question_id, statement}            -> "<label>correct|incorrect|not_mentioned</label>"
 
 (``question_id`` may name an instruction too.) More tasks plug in with :func:`register_task`.
 
@@ -92,6 +93,12 @@ def _support(b: OracleBackend, m: dict[str, Any]) -> Reply:
 @register_task("utility", ("question_id", "answer"))
 def _utility(b: OracleBackend, m: dict[str, Any]) -> Reply:
     return _token(b.oracle.utility_token(b.question(m["question_id"]), m["answer"]))
+
+
+@register_task("judge_statement", ("question_id", "statement"))
+def _judge_statement(b: OracleBackend, m: dict[str, Any]) -> Reply:
+    verdict = b.oracle.statement_verdict(b.question(m["question_id"]), str(m["statement"]))
+    return Reply(f"<label>{verdict}</label>", verdict)
 
 
 @register_task("passage_utility", ("question_id", "passage_id"))

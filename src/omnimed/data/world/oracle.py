@@ -247,12 +247,28 @@ class Oracle:
 
     def mentions_world_concept(self, text: str) -> bool:
         """Whether ``text`` names a concept that has a graph entry in this world."""
+        return bool(self._concepts_in(text))
+
+    def _concepts_in(self, text: str) -> set[str]:
+        """The (lower-cased) names of the world concepts ``text`` mentions."""
         low = text.lower()
-        for word in _WORD.findall(low):
-            for name in self._names_by_first_word.get(word, ()):
-                if name in low:
-                    return True
-        return False
+        return {name for word in _WORD.findall(low) for name in self._names_by_first_word.get(word, ())
+                if name in low}
+
+    def statement_verdict(self, question: QuestionLike, statement: str) -> str:
+        """PolyRAG's judgement of one statement of a long-form answer against the reference answer:
+        ``incorrect`` when it names a world concept the reference does not (a wrong drug, gene, symptom...),
+        else ``correct`` when it names concepts of the reference or states a key term of the answer, else
+        ``not_mentioned``."""
+        spec = self._spec(question)
+        reference = _norm(spec.reference)
+        named = self._concepts_in(statement)
+        if any(name not in reference for name in named):
+            return "incorrect"
+        text = _norm(statement)
+        if named or any(t.lower() in text for t in spec.key_terms):  # every concept it names is in the reference
+            return "correct"
+        return "not_mentioned"
 
     def is_relevant(self, question: QuestionLike, passage: PassageLike) -> bool:
         """Whether the passage is about the question's entity or states a fact the answer rests on (REL)."""

@@ -1,0 +1,37 @@
+"""Long-form answers scored statement by statement (PolyRAG section 5.2.1): each answer is cut into statements, a
+judge labels every statement against the reference answer as correct, incorrect or not mentioned, and the shares
+and counts of each label are averaged over answers, as the paper averages them per answer.
+
+Metrics: ``statement_{correct,incorrect,not_mentioned,unparsed}_ratio`` (mean over answers that have at least one
+statement), ``statement_{correct,incorrect,not_mentioned}_count`` (mean per answer, every answer counted),
+``answers_without_statements`` (answers with nothing to judge: empty, or no usable answer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from omnimed.data.records import OpenQuestion
+from omnimed.evaluation.metrics import STATEMENT_LABELS, UNPARSED, judge_statements, split_statements, statement_ratios
+
+
+def score_answers(questions: Sequence[OpenQuestion], answers: Sequence[str | None], judge,
+                  ) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """Per answer: its statements and their labels; and the averaged metrics."""
+    if len(questions) != len(answers):
+        raise ValueError(f"{len(answers)} answers for {len(questions)} questions")
+    per_answer: list[dict[str, Any]] = []
+    for q, answer in zip(questions, answers):
+        statements = split_statements(answer or "")
+        labels = judge_statements(judge, q.reference_answer, statements, question=q.question, question_id=q.id)
+        per_answer.append({"statements": statements, "labels": labels, "ratios": statement_ratios(labels)})
+    judged = [a for a in per_answer if a["statements"]]
+    metrics: dict[str, float] = {"answers_without_statements": float(len(per_answer) - len(judged))}
+    for label in (*STATEMENT_LABELS, UNPARSED):
+        values = [a["ratios"][label] for a in judged]
+        metrics[f"statement_{label}_ratio"] = sum(values) / len(values) if values else float("nan")
+    for label in STATEMENT_LABELS:
+        counts = [sum(x == label for x in a["labels"]) for a in per_answer]
+        metrics[f"statement_{label}_count"] = sum(counts) / len(counts) if counts else float("nan")
+    return per_answer, metrics

@@ -224,12 +224,14 @@ def test_oracle_answers_world_mcqs_and_judges_with_reflective_tokens(world):
 def test_oracle_reports_what_it_cannot_answer(world):
     oracle = OracleBackend(world)
     with pytest.raises(GenerationError, match="known tasks: .*answer_mcq.*relevance"):
-        oracle.generate([Request("", {"task": "judge_statement"})], SamplingParams())
+        oracle.generate([Request("", {"task": "summarise_the_world"})], SamplingParams())
     with pytest.raises(GenerationError, match="needs meta passage_id"):
         oracle.generate([Request("", {"task": "relevance", "question_id": world.questions[0].id})], SamplingParams())
     with pytest.raises(GenerationError, match="not a question of this world"):
         oracle.generate([Request("", {"task": "retrieval", "question_id": "nope"})], SamplingParams())
-    assert {"answer_mcq", "retrieval", "relevance", "support", "utility"} <= set(TASKS)
+    assert {"answer_mcq", "retrieval", "relevance", "support", "utility", "judge_statement"} <= set(TASKS)
+    with pytest.raises(GenerationError, match="needs meta question_id, statement"):
+        oracle.generate([Request("", {"task": "judge_statement"})], SamplingParams())
 
 
 # ----------------------------------------------------------------------------------------------------------- factory

@@ -137,7 +137,8 @@ def test_judge_statements_with_a_fake_backend(caplog):
     assert labels == ["correct", "not_mentioned", "unparsed", "unparsed", "incorrect"]
     assert "2 of 5 replies unreadable" in caplog.text
     first = judge.requests[0]
-    assert first.meta == {"task": "judge_statement", "question_id": "q7", "statement_index": 0}
+    assert first.meta == {"task": "judge_statement", "question_id": "q7", "statement_index": 0,
+                          "statement": statements[0]}
     assert "Aspirin helps; take it with food." in first.prompt[-1]["content"]
     assert "Aspirin helps." in first.prompt[-1]["content"] and "Aspirin?" in first.prompt[-1]["content"]
     r = statement_ratios(labels)

@@ -203,7 +203,7 @@ def test_rows_whose_metric_no_task_produces_are_missing_with_the_reason(tmp_path
     m = load_manifest(path)
     original = m.rows[0]
     assert original.status == "missing" and plan_rows(m, "miniature") == []
-    assert original.reason.startswith("metric words_per_query/book not produced yet (task=qa writes accuracy)")
+    assert original.reason.startswith("metric words_per_query/book not produced yet (task=qa writes accuracy, ")
     assert m.counts() == {"runnable": 0, "missing": 2, "external": 0}
     cells, _ = reproduce(m, out_dir=tmp_path / "out", dry_run=True, log=lambda _: None)
     assert cells["Original"]["Book"].status == "missing: " + original.reason
@@ -214,7 +214,8 @@ def test_rows_whose_metric_no_task_produces_are_missing_with_the_reason(tmp_path
     # the families each task writes; adding a metric to a task is one entry of PRODUCED_METRICS
     assert produces("retrieval", "ndcg@3") and produces("retrieval", "mrr") and not produces("retrieval", "accuracy")
     assert produces("critic_accuracy", "support/accuracy") and produces("qa", "accuracy")
-    assert not produces("qa", "statement_correct_ratio") and "qa" in PRODUCED_METRICS
+    assert produces("qa", "statement_correct_ratio") and not produces("qa", "words_per_query")
+    assert "qa" in PRODUCED_METRICS
 
 
 def test_launcher_settings_validate_against_the_chosen_launcher_and_reach_the_runs(tmp_path):
@@ -262,11 +263,11 @@ def test_reproduce_runs_rows_reports_missing_and_writes_the_table(tmp_path):
         assert 0.0 <= float(rows[name]["ours"]) <= 100.0
         assert float(rows[name]["delta"]) == pytest.approx(float(rows[name]["ours"]) - float(rows[name]["paper"]))
     # selfbiorag is built, but its task (qa) does not produce this table's hit@10: missing, saying why
-    assert rows["Self-BioRAG"]["status"] == "missing: metric hit@10 not produced yet (task=qa writes accuracy)"
+    assert rows["Self-BioRAG"]["status"].startswith("missing: metric hit@10 not produced yet (task=qa writes accuracy")
     assert rows["Self-BioRAG"]["ours"] == ""
     assert rows["GPT-4"]["status"] == "external" and rows["GPT-4"]["ours"] == ""
     md = (out / "table1.md").read_text()
-    assert "| Self-BioRAG | selfbiorag | missing: metric hit@10 not produced yet (task=qa writes accuracy) / 70.0 |" in md
+    assert "| Self-BioRAG | selfbiorag | missing: metric hit@10 not produced yet (task=qa writes accuracy" in md
     assert (out / "table1.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     # every run of the table is in its W&B group; omnimed-compare reads them back offline

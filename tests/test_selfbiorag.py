@@ -308,7 +308,8 @@ def test_trained_critic_learns_every_token_type_and_beats_its_untrained_base(cri
     confusion = json.loads((critic_run[3]["trained"] / "confusion.json").read_text())
     for kind in ("utility", "retrieval", "relevance", "support"):  # per-class accuracy agrees with the confusion table
         for gold, row in confusion[kind].items():
-            assert m["trained"][f"{kind}/class/{gold}"] == pytest.approx(row.get(gold, 0) / sum(row.values()))
+            if row:  # a token no dev example has as gold has no accuracy
+                assert m["trained"][f"{kind}/class/{gold}"] == pytest.approx(row.get(gold, 0) / sum(row.values()))
     assert m["trained"]["n"] == m["untrained"]["n"] > 100
 
 

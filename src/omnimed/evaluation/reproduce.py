@@ -198,16 +198,21 @@ def _step_command(step: PrepareStep, extra: list[str] | None) -> list[str]:
     return [str(Path(sys.executable).parent / step.command[0]), *step.command[1:], *root]
 
 
+_COMPOSED: set[tuple[str, ...]] = set()  # prepare commands already composed in this process (tables share recipes)
+
+
 def validate_prepare(manifest: TableManifest, preset: str, extra: list[str] | None) -> None:
     """Compose every prepare step that still has to run (its app's ``--cfg job``), so a bad one fails first."""
     root = artifact_root(extra)
     for step in manifest.prepare.get(preset, []):
-        if (root / step.creates).exists():
+        command = tuple(_step_command(step, extra))
+        if (root / step.creates).exists() or command in _COMPOSED:
             continue
-        res = subprocess.run([*_step_command(step, extra), "--cfg", "job"], text=True, capture_output=True)
+        res = subprocess.run([*command, "--cfg", "job"], text=True, capture_output=True)
         if res.returncode != 0:
             tail = (res.stderr or res.stdout).strip().splitlines()[-6:]
             raise ManifestError(f"{manifest.group}: prepare step {step.name!r} does not compose: " + " | ".join(tail))
+        _COMPOSED.add(command)
 
 
 def run_prepare(manifest: TableManifest, preset: str, runs_dir: Path, extra: list[str] | None, log=print) -> None:

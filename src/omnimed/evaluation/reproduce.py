@@ -165,8 +165,9 @@ def validate(plans: list[RowPlan], manifest: TableManifest, *, launcher: str = D
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
         for plan in plans:
-            # a row whose every column waits for a loader runs nothing, but its overrides must still compose
-            for key in plan.datasets or [None]:
+            # a row whose every column waits for a loader runs nothing, but its overrides must still compose; the
+            # dataset key is one string value (checked above), so one key per row shows whether the row composes
+            for key in list(plan.datasets)[:1] or [None]:
                 for ordered in (plan.overrides, plan.row_last):
                     overrides = (run_overrides(plan, manifest, runs_dir, launcher, key, ordered) if key
                                  else [*ordered, f"{LAUNCHER_GROUP}{launcher}"])

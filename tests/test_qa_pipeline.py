@@ -14,7 +14,13 @@ import pytest
 import torch
 
 from omnimed.data.world import build_world
-from omnimed.evaluation.metrics import accuracy, mean_std, per_class_accuracy, split_statements, statement_ratios
+from omnimed.evaluation.metrics import (
+    accuracy,
+    mean_std,
+    per_class_accuracy,
+    split_statements,
+    statement_ratios,
+)
 from omnimed.generation.cache import CachedBackend
 from omnimed.generation.hf import HFBackend
 from omnimed.generation.oracle import OracleBackend

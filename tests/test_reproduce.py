@@ -287,6 +287,25 @@ def test_reproduce_runs_rows_reports_missing_and_writes_the_table(tmp_path):
     assert len((tmp_path / "all" / "compare.csv").read_text().splitlines()) == 3
 
 
+def test_a_run_that_fails_is_shown_in_its_cell_and_fails_the_command(tmp_path):
+    """A row that composes but whose run breaks (here: the real-data knowledge base with no real-data folder set)
+    is reported in its cell with the reason, and the command exits non-zero so a sweep script notices."""
+    import os
+
+    path = manifest(tmp_path, [{"name": "Real queries", "method": "retrieval",
+                                "overrides": ["task.methods=[bm25]", "knowledge=realdata"],
+                                "published": {"World": 50.0}}])
+    env = {k: v for k, v in os.environ.items() if k != "OMNIMED_REALDATA"}
+    # at `paper` scale the row's own choices win over the preset's knowledge base
+    res = subprocess.run([str(BIN / "omnimed-reproduce"), str(path), "--preset", "paper", f"paths.root={tmp_path}"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "1 failed" in res.stdout + res.stderr
+    rows = {r["row"]: r for r in csv.DictReader((tmp_path / "experiments" / "demo" / "results" / "table1.csv").open())}
+    assert rows["Real queries"]["status"].startswith("failed") and "OMNIMED_REALDATA" in rows["Real queries"]["status"]
+    assert rows["Real queries"]["ours"] == ""
+
+
 def test_list_shows_every_table_with_its_counts(tmp_path):
     manifest(tmp_path, ROWS)
     res = reproduce_cli("--list", "--root", str(tmp_path / "experiments"), cwd=tmp_path)

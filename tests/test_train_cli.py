@@ -17,7 +17,6 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException, MissingConfigException
-from omegaconf.errors import ConfigKeyError, ValidationError
 from safetensors.torch import load_file
 
 from omnimed.cli.common import check_task_choice, conf_dir, task_catalog

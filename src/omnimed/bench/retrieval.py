@@ -25,14 +25,14 @@ from __future__ import annotations
 import json
 import os
 import platform
-import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from typing_extensions import Self
+
+from omnimed.bench.sampling import BackgroundSampler
 
 TARGETS = {"bm25_qps": 100.0, "bm25_vs_rank_bm25": 50.0, "hnsw_p95_ms": 10.0, "hnsw_recall_vs_flat": 0.95}
 WORLD_SIZES = ("tiny", "small", "large")
@@ -69,7 +69,7 @@ def hardware() -> dict[str, Any]:
             "load_avg": [round(x, 2) for x in os.getloadavg()], "versions": versions}
 
 
-class LoadSampler:
+class LoadSampler(BackgroundSampler):
     """Samples the 1-minute load average every ``every`` seconds in a daemon thread while the bench runs.
 
     On a shared machine the load during the run says how much the numbers may be depressed by other work;
@@ -77,22 +77,10 @@ class LoadSampler:
     """
 
     def __init__(self, every: float = 5.0) -> None:
-        self.every = every
-        self.samples: list[float] = [os.getloadavg()[0]]
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="load-sampler", daemon=True)
+        self.samples: list[float] = []
+        super().__init__(every, "load-sampler")
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.every):
-            self.samples.append(os.getloadavg()[0])
-
-    def __enter__(self) -> Self:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+    def sample(self) -> None:
         self.samples.append(os.getloadavg()[0])
 
     def summary(self) -> dict[str, float]:
@@ -131,8 +119,8 @@ def realdata_corpus(root: Path) -> tuple[list[str], dict[str, list[str]]]:
     """
     from omnimed.data.loaders.benchmarks import load_pubmedqa_corpus
     from omnimed.data.loaders.corpora import load_book, load_guideline, load_wiki
-    from omnimed.knowledge.types import index_text
     from omnimed.knowledge.chunking import ChunkConfig, chunk_passages
+    from omnimed.knowledge.types import index_text
 
     wiki = load_wiki(root)
     passages = [*load_book(root), *load_guideline(root), *wiki, *load_pubmedqa_corpus(root / PUBMEDQA_FILE)]

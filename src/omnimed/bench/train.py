@@ -50,14 +50,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from typing_extensions import Self
+from omnimed.bench.sampling import BackgroundSampler
 
 SIDES = ("ours", "trl")
 MODELS = ("smollm2-135m", "tiny-llama")
@@ -218,7 +217,7 @@ def data_stats(cfg: TrainBenchConfig) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------------------------- measurement
-class PeakRSS:
+class PeakRSS(BackgroundSampler):
     """Peak resident set size of this process: the kernel's high-water mark (``ru_maxrss``) and a psutil sample
     taken every ``interval`` seconds by a daemon thread (the sampled peak can miss short spikes)."""
 
@@ -226,22 +225,11 @@ class PeakRSS:
         import psutil
 
         self._proc = psutil.Process()
-        self._interval = interval
-        self._stop = threading.Event()
-        self.sampled_peak = self._proc.memory_info().rss
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.sampled_peak = 0
+        super().__init__(interval, "rss-sampler")
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval):
-            self.sampled_peak = max(self.sampled_peak, self._proc.memory_info().rss)
-
-    def __enter__(self) -> Self:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+    def sample(self) -> None:
+        self.sampled_peak = max(self.sampled_peak, self._proc.memory_info().rss)
 
     def current_mb(self) -> float:
         return self._proc.memory_info().rss / 2**20

@@ -73,13 +73,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     counts = manifest.counts()
     measured = sum(c.status == "measured" for row in cells.values() for c in row.values())
+    failed = sum(c.status.startswith("failed") for row in cells.values() for c in row.values())
     console.print(f"{manifest.group}: {counts['runnable']} rows run, {counts['missing']} missing (method not built or "
-                  f"metric not produced yet), {counts['external']} external; {measured} cells measured")
+                  f"metric not produced yet), {counts['external']} external; {measured} cells measured"
+                  + (f", [red]{failed} failed[/red] (reasons in the table)" if failed else ""))
     for ext, path in paths.items():
         console.print(f"  {ext}: {path}")
     if paths:
         console.print(paths["md"].read_text())
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

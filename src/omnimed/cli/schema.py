@@ -26,9 +26,9 @@ def register_evaluate_configs() -> None:
     from omnimed.evaluation.critic import CriticAccuracyTaskConfig
     from omnimed.evaluation.qa import QATaskConfig
     from omnimed.generation.factory import BackendConfig
+    from omnimed.knowledge.config import KnowledgeConfig
     from omnimed.methods.selfbiorag.inference import SelfBioRAGConfig
     from omnimed.pipelines.rag import PipelineConfig
-    from omnimed.knowledge.config import KnowledgeConfig
 
     cs = ConfigStore.instance()
     cs.store(name="evaluate_schema", node=ec.EvaluateConfig)

@@ -38,9 +38,9 @@ def print_summary(result) -> None:
 @checks_task("train")  # task=NAME of the other app, or of none: a clear message before Hydra composes
 @hydra.main(config_path=conf_dir(), config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
-    from omnimed.training.engine import train
-
     from hydra.types import RunMode
+
+    from omnimed.training.engine import train
 
     hc = HydraConfig.get()
     job_num = hc.job.num if hc.mode == RunMode.MULTIRUN else None  # sweep jobs get distinct default run names

@@ -13,7 +13,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from omnimed.data.records import OpenQuestion
-from omnimed.evaluation.metrics import STATEMENT_LABELS, UNPARSED, judge_statements, split_statements, statement_ratios
+from omnimed.evaluation.metrics import (
+    STATEMENT_LABELS,
+    UNPARSED,
+    judge_statements,
+    split_statements,
+    statement_ratios,
+)
 
 
 def score_answers(questions: Sequence[OpenQuestion], answers: Sequence[str | None], judge,

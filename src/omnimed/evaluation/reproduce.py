@@ -20,7 +20,6 @@ from omnimed.evaluation.datasets import dataset_status, known_datasets
 from omnimed.evaluation.manifest import RUNNABLE_METHODS, ManifestError, PrepareStep, Row, TableManifest
 from omnimed.evaluation.report import Cell, write_report
 
-
 MINIATURE = "miniature"
 AVERAGE = "average"  # a column computed as the mean of the row's other columns, not run
 DEFAULT_LAUNCHER = "basic"

@@ -21,7 +21,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
-
 from peft import LoraConfig, PeftModel, TaskType, get_peft_model
 from transformers import PreTrainedModel
 

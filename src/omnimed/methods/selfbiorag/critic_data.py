@@ -24,7 +24,7 @@ from typing import Any, Optional
 from omnimed.data.records import InstructionExample, Passage
 from omnimed.generation.types import Request, SamplingParams
 from omnimed.methods.selfbiorag import prompts
-from omnimed.methods.selfbiorag.instructions import in_subset, load_instructions, stage_inputs, split_of
+from omnimed.methods.selfbiorag.instructions import in_subset, load_instructions, split_of, stage_inputs
 from omnimed.methods.selfbiorag.tokens import CONTRACT_VERSION, CRITIC_CHOICES
 from omnimed.stages import StageResult, batches, open_stage
 

@@ -363,3 +363,14 @@ def test_compare_lists_a_run_once_and_filters_local_runs_by_group_and_tags(tmp_p
     assert len((out / "compare.csv").read_text().splitlines()) == 4  # header + three runs, none twice
     assert compare_main([str(tmp_path / "runs"), "--group", "other-table", "--out", str(out)]) == 0
     assert (out / "compare.csv").read_text().splitlines() == ["run,accuracy,n", "closed/world_mcq,0.7,29.0"]
+
+
+def test_compare_prints_many_metrics_of_few_runs_one_per_line():
+    from omnimed.cli.compare import console_table
+
+    metrics = [f"m{i}" for i in range(10)]
+    rows = [["run-a", *range(10)], ["run-b", *([None] * 10)]]
+    wide = console_table(metrics, rows, title="t")
+    assert [c.header for c in wide.columns] == ["metric", "run-a", "run-b"] and wide.row_count == 10
+    narrow = console_table(metrics[:2], [r[:3] for r in rows], title="t")
+    assert [c.header for c in narrow.columns] == ["run", "m0", "m1"] and narrow.row_count == 2

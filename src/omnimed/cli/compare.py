@@ -17,6 +17,29 @@ from rich.table import Table
 from omnimed.cli.common import console
 
 
+def console_table(metrics: list[str], rows: list[list], *, title: str) -> Table:
+    """Runs as rows and metrics as columns; transposed (one row per metric) when there are more metrics than runs
+    and too many to fit side by side, so a few runs with many metrics stay readable in a terminal."""
+    table = Table(title=title)
+    if len(metrics) > 6 and len(metrics) > len(rows):
+        table.add_column("metric", no_wrap=True)
+        for row in rows:
+            table.add_column(row[0], justify="right", overflow="fold")
+        for i, m in enumerate(metrics, start=1):
+            table.add_row(m, *[_fmt(row[i]) for row in rows])
+        return table
+    table.add_column("run", no_wrap=True)
+    for m in metrics:
+        table.add_column(m, justify="right")
+    for row in rows:
+        table.add_row(row[0], *[_fmt(v) for v in row[1:]])
+    return table
+
+
+def _fmt(value: float | None) -> str:
+    return "" if value is None else f"{value:.4g}"
+
+
 def main(argv: list[str] | None = None) -> int:
     from omnimed.data.io import atomic_write_text
     from omnimed.evaluation.compare import comparison_table, local_runs, online_runs, plot, select
@@ -43,13 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print("[red]omnimed-compare: no run matched[/red]")
         return 1
     metrics, rows = comparison_table(runs, args.metrics.split(",") if args.metrics else None)
-    table = Table(title=f"omnimed-compare: {len(runs)} runs")
-    table.add_column("run", no_wrap=True)
-    for m in metrics:
-        table.add_column(m, justify="right")
-    for row in rows:
-        table.add_row(row[0], *["" if v is None else f"{v:.4g}" for v in row[1:]])
-    console.print(table)
+    console.print(console_table(metrics, rows, title=f"omnimed-compare: {len(runs)} runs"))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         buf = io.StringIO()

@@ -290,8 +290,10 @@ def test_joblib_sweep_runs_both_jobs(tmp_path):
         cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "WANDB_MODE": "offline"},
     )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    metrics = sorted((tmp_path / "sweep").rglob("metrics.json"))  # <num>_<overrides>/ (paths.root adds levels)
-    assert [m.relative_to(tmp_path / "sweep").parts[0][:2] for m in metrics] == ["0_", "1_"]
+    # one folder per job, <num>_<overrides>, even though paths.root=/... puts slashes among the overrides
+    metrics = sorted((tmp_path / "sweep").rglob("metrics.json"))
+    assert [m.parent.parent for m in metrics] == [tmp_path / "sweep"] * 2
+    assert [m.parent.name[:2] for m in metrics] == ["0_", "1_"] and "task.lr=0.001" in metrics[0].parent.name
     assert all(json.loads(m.read_text())["train/steps"] == 2 for m in metrics)
     runs = sorted((tmp_path / "checkpoints" / "sft").iterdir())
     assert [r.name[-3:] for r in runs] == ["_j0", "_j1"] and all((r / "hf").is_dir() for r in runs)
@@ -375,3 +377,11 @@ def test_continuing_a_finished_run_matches_one_longer_run(tmp_path):
     a, b = _adapter(tmp_path / "checkpoints" / "sft" / "long"), _adapter(tmp_path / "checkpoints" / "sft" / "cont")
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-6, msg=k)
+
+
+def test_sweep_folder_names_are_one_safe_level_of_bounded_length():
+    from omnimed.cli.common import SUBDIR_MAX, dir_safe
+
+    assert dir_safe("model=tiny-llama,paths.root=/tmp/x/y") == "model=tiny-llama,paths.root=_tmp_x_y"
+    a, b = dir_safe("k=" + "a" * 300 + "1"), dir_safe("k=" + "a" * 300 + "2")
+    assert len(a) == len(b) == SUBDIR_MAX and a != b  # cut, but two jobs never share a folder

@@ -207,3 +207,22 @@ def test_bm25_finds_real_pubmedqa_abstracts(tmp_path, realdata):
     rows = [json.loads(line) for line in (tmp_path / "real" / "predictions.jsonl").read_text().splitlines()]
     assert len(rows) == 1000 and all(len(r["gold"]) == 1 and r["source"] == "research" for r in rows)
     assert not list(tmp_path.glob("real/wandb"))  # logger=none
+
+
+def test_each_job_of_an_in_process_sweep_has_its_own_wandb_run(tmp_path):
+    """Hydra's basic launcher runs a sweep's jobs in one process: each job's W&B run must be its own, in its own
+    folder, with its own numbers (an unfinished run would swallow the next job's logging)."""
+    res = subprocess.run([str(BIN / "omnimed-evaluate"), "-m", f"paths.root={tmp_path}", "task=retrieval",
+                          "knowledge=world_tiny", "task.split=null", "task.methods=[bm25],[dense]",
+                          f"hydra.sweep.dir={tmp_path}/sweep"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=400, env={**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"})
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    jobs = sorted((tmp_path / "sweep").glob("*_*"))
+    assert len(jobs) == 2
+    for job, method, other in zip(jobs, ("bm25", "dense"), ("dense", "bm25")):
+        (run_file,) = job.glob("wandb/offline-run-*/run-*.wandb")  # exactly one run per job folder
+        summary = json.loads(subprocess.run([str(BIN / "wandb"), "leet", "inspect", "--summary", "--json",
+                                             str(run_file)], capture_output=True, text=True, check=True).stdout)
+        metrics = json.loads((job / "metrics.json").read_text())
+        assert summary["summary"][f"{method}/ndcg@10"] == pytest.approx(metrics[f"{method}/ndcg@10"], rel=1e-9)
+        assert not any(k.startswith(f"{other}/") for k in summary["summary"]), (job.name, sorted(summary["summary"]))

@@ -136,6 +136,21 @@ def log_lineage(logger, config: dict[str, Any], extra: dict[str, Any] | None = N
     return lineage
 
 
+def close_logger(logger) -> str | None:
+    """End an evaluation's logging and return where its run lives (the W&B run folder, or the logger's folder).
+
+    A W&B run is finished here: Lightning's ``finalize`` leaves it open, and the next job of a sweep in the same
+    process (Hydra's basic launcher) would otherwise be logged into, or next to, this job's run."""
+    if logger is None:
+        return None
+    logger.finalize("success")
+    run_dir = wandb_run_dir(logger)
+    if run_dir is None:
+        return getattr(logger, "log_dir", None)
+    logger.experiment.finish()
+    return run_dir
+
+
 def wandb_run_dir(logger) -> str | None:
     """Directory of the W&B run behind ``logger`` (offline or online), if it is a W&B logger."""
     try:

@@ -54,7 +54,7 @@ def run_critic_evaluation(cfg, output_dir) -> CriticResult:
     from omnimed.generation.factory import build_backend
     from omnimed.generation.types import Request, SamplingParams
     from omnimed.methods.selfbiorag.tokens import read_choice
-    from omnimed.tracking import build_logger, log_lineage, wandb_run_dir
+    from omnimed.tracking import build_logger, close_logger, log_lineage
 
     output_dir = Path(output_dir)
     folder = Path(cfg.task.data)
@@ -140,6 +140,5 @@ def run_critic_evaluation(cfg, output_dir) -> CriticResult:
         if isinstance(logger, WandbLogger):
             cols = ["id", "type", "gold", "prediction", "correct", "free"]
             logger.log_table("critic/predictions", columns=cols, data=[[r[c] for c in cols] for r in rows])
-        logger.finalize("success")
-        logger_dir = wandb_run_dir(logger) or getattr(logger, "log_dir", None)
+        logger_dir = close_logger(logger)
     return CriticResult(metrics, output_dir, logger_dir)

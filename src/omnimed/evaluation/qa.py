@@ -69,7 +69,7 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
     from omnimed.generation.types import SamplingParams
     from omnimed.pipelines.rag import run_pipeline
     from omnimed.pipelines.reader import Reader
-    from omnimed.tracking import build_logger, log_lineage, wandb_run_dir
+    from omnimed.tracking import build_logger, close_logger, log_lineage
 
     output_dir = Path(output_dir)
     questions = _questions(cfg)
@@ -162,8 +162,7 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
         log_lineage(logger, config, {"group": group, "questions": len(questions)})
         logger.log_metrics(metrics)
         _log_predictions(logger, rows)
-        logger.finalize("success")
-        logger_dir = wandb_run_dir(logger) or getattr(logger, "log_dir", None)
+        logger_dir = close_logger(logger)
     return QAResult(metrics, output_dir, problems, logger_dir)
 
 

@@ -183,7 +183,7 @@ def run_retrieval_evaluation(cfg, output_dir) -> RetrievalResult:
 
     from omnimed.data.io import atomic_path, atomic_write_json
     from omnimed.knowledge.build import build_knowledge_base
-    from omnimed.tracking import build_logger, log_lineage, wandb_run_dir
+    from omnimed.tracking import build_logger, close_logger, log_lineage
 
     task, kcfg = cfg.task, cfg.knowledge
     output_dir = Path(output_dir)
@@ -218,8 +218,7 @@ def run_retrieval_evaluation(cfg, output_dir) -> RetrievalResult:
         log_lineage(logger, config, {"group": group, "knowledge_dir": str(kb.directory), "queries": len(queries)})
         logger.log_metrics(flat)
         _log_tables(logger, metrics, rows)
-        logger.finalize("success")
-        logger_dir = wandb_run_dir(logger) or getattr(logger, "log_dir", None)
+        logger_dir = close_logger(logger)
     return RetrievalResult(metrics, output_dir, output_dir / "predictions.jsonl", logger_dir)
 
 

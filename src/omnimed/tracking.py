@@ -77,6 +77,8 @@ def wandb_mode() -> str:
     mode = os.environ.get("WANDB_MODE")
     if mode:
         return mode
+    if mode is not None:  # set but empty (`WANDB_MODE= cmd`): W&B itself would reject it, so read it as unset
+        os.environ.pop("WANDB_MODE")
     return "online" if wandb_has_credentials() else "offline"
 
 

@@ -1,0 +1,48 @@
+"""W&B never prompts: the mode follows WANDB_MODE, else the presence of credentials; secrets never reach a logged
+config."""
+
+from __future__ import annotations
+
+import pytest
+
+from omnimed.tracking import scrub_secrets, wandb_mode
+
+
+@pytest.fixture
+def no_credentials(monkeypatch, tmp_path):
+    for var in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_BASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc
+    monkeypatch.setenv("NETRC", str(tmp_path / "missing-netrc"))
+    return tmp_path
+
+
+def test_offline_without_credentials_online_with_them(no_credentials, monkeypatch):
+    assert wandb_mode() == "offline"
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    assert wandb_mode() == "online"
+    (no_credentials / ".netrc").write_text("machine api.wandb.ai login user password " + "p" * 40 + "\n")
+    (no_credentials / ".netrc").chmod(0o600)
+    monkeypatch.delenv("WANDB_API_KEY")
+    monkeypatch.delenv("NETRC")
+    assert wandb_mode() == "online"  # a `wandb login` netrc entry counts as credentials
+
+
+def test_wandb_mode_wins_and_an_empty_one_reads_as_unset(no_credentials, monkeypatch):
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    assert wandb_mode() == "disabled"
+    monkeypatch.setenv("WANDB_MODE", "")  # `WANDB_MODE= omnimed-train`: W&B itself rejects an empty mode
+    assert wandb_mode() == "online"
+    import os
+
+    assert "WANDB_MODE" not in os.environ
+
+
+def test_secrets_are_redacted_at_any_depth_but_token_settings_are_kept():
+    cfg = {"backend": {"api_key": "sk-live", "base_url": "http://x"}, "hf_token": "hf_abc",
+           "list": [{"password": "p"}], "model": {"special_tokens": ["[Retrieval]"], "max_new_tokens": 8}}
+    out = scrub_secrets(cfg)
+    assert out["backend"] == {"api_key": "<redacted>", "base_url": "http://x"}
+    assert out["hf_token"] == "<redacted>" and out["list"] == [{"password": "<redacted>"}]
+    assert out["model"] == {"special_tokens": ["[Retrieval]"], "max_new_tokens": 8}

@@ -41,17 +41,13 @@ def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _plain(value: Any) -> str | None:
-    """A config string, or None for an unset or unresolved (``${...}``) one."""
-    return value if isinstance(value, str) and value and "${" not in value else None
-
-
 def config_group_tags(folder: Path) -> tuple[str | None, list[str]]:
-    """The W&B group and tags a run folder's run was given, from its Hydra config (``.hydra/config.yaml``): the
-    group is ``logger.group``, else ``experiment``, else the evaluation task's default; the tags are
-    ``logger.tags`` plus the ones the evaluation tasks add (as :mod:`omnimed.evaluation.qa`, ``.retrieval`` and
-    ``.critic`` do). A folder without a Hydra config has neither."""
+    """The W&B group and tags a run folder's run was given, from its Hydra config (``.hydra/config.yaml``) by the
+    evaluators' own rule (:func:`omnimed.evaluation.identity.group_and_tags`). A folder without a Hydra config has
+    neither."""
     import yaml
+
+    from omnimed.evaluation.identity import group_and_tags
 
     path = folder / ".hydra" / "config.yaml"
     if not path.is_file():
@@ -60,19 +56,7 @@ def config_group_tags(folder: Path) -> tuple[str | None, list[str]]:
         cfg = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError:
         return None, []
-    logger, task, pipeline, knowledge = (cfg.get(name) if isinstance(cfg.get(name), dict) else {}
-                                         for name in ("logger", "task", "pipeline", "knowledge"))
-    kind, dataset = _plain(task.get("name")), _plain(task.get("dataset"))
-    defaults: dict[str | None, tuple[str | None, list[str | None]]] = {
-        "qa": (f"qa-{dataset}", ["qa", dataset, _plain(pipeline.get("name"))]),
-        "retrieval": (f"retrieval-{_plain(knowledge.get('name'))}",
-                      ["retrieval", _plain(knowledge.get("name")), _plain(task.get("queries"))]),
-        "critic_accuracy": ("critic", ["critic", dataset]),
-    }
-    default_group, task_tags = defaults.get(kind, (kind, []))
-    group = _plain(logger.get("group")) or _plain(cfg.get("experiment")) or default_group
-    tags = [t for t in [*(logger.get("tags") or []), *task_tags] if _plain(t)]
-    return group, list(dict.fromkeys(tags))
+    return group_and_tags(cfg if isinstance(cfg, dict) else {})
 
 
 def local_runs(paths: list[Path]) -> list[RunRecord]:

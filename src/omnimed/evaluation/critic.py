@@ -49,6 +49,7 @@ def run_critic_evaluation(cfg, output_dir) -> CriticResult:
 
     from omnimed.data.io import atomic_path, atomic_write_json, read_records
     from omnimed.data.records import InstructionExample
+    from omnimed.evaluation.identity import group_and_tags
     from omnimed.evaluation.metrics import accuracy, per_class_accuracy
     from omnimed.evaluation.qa import selfbiorag_model
     from omnimed.generation.factory import build_backend
@@ -125,11 +126,10 @@ def run_critic_evaluation(cfg, output_dir) -> CriticResult:
     atomic_write_json(output_dir / "metrics.json", metrics)
     atomic_write_json(output_dir / "confusion.json", confusion)  # per type: gold token -> predicted token -> count
 
-    group = cfg.logger.group or cfg.experiment or "critic"
+    group, tags = group_and_tags(cfg)
     logger = build_logger(cfg.logger.name, save_dir=output_dir, project=cfg.logger.project,
                           run_name=cfg.run_name or f"critic-{cfg.task.dataset}", group=group,
-                          job_type=cfg.logger.job_type or "evaluate-critic",
-                          tags=[*cfg.logger.tags, "critic", cfg.task.dataset], entity=cfg.logger.entity)
+                          job_type=cfg.logger.job_type or "evaluate-critic", tags=tags, entity=cfg.logger.entity)
     logger_dir = None
     if logger is not None:
         config = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)

@@ -65,6 +65,7 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
     from omegaconf import OmegaConf
 
     from omnimed.data.io import atomic_path, atomic_write_json
+    from omnimed.evaluation.identity import group_and_tags
     from omnimed.generation.factory import build_backend
     from omnimed.generation.types import SamplingParams
     from omnimed.pipelines.rag import run_pipeline
@@ -149,12 +150,11 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
         tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     atomic_write_json(output_dir / "metrics.json", metrics)
 
-    group = cfg.logger.group or cfg.experiment or f"qa-{cfg.task.dataset}"
+    group, tags = group_and_tags(cfg)
     logger = build_logger(
         cfg.logger.name, save_dir=output_dir, project=cfg.logger.project,
         run_name=cfg.run_name or f"{cfg.pipeline.name}-{cfg.task.dataset}", group=group,
-        job_type=cfg.logger.job_type or "evaluate-qa",
-        tags=[*cfg.logger.tags, "qa", cfg.task.dataset, cfg.pipeline.name], entity=cfg.logger.entity,
+        job_type=cfg.logger.job_type or "evaluate-qa", tags=tags, entity=cfg.logger.entity,
     )
     logger_dir = None
     if logger is not None:

@@ -182,6 +182,7 @@ def run_retrieval_evaluation(cfg, output_dir) -> RetrievalResult:
     from omegaconf import OmegaConf
 
     from omnimed.data.io import atomic_path, atomic_write_json
+    from omnimed.evaluation.identity import group_and_tags
     from omnimed.knowledge.build import build_knowledge_base
     from omnimed.tracking import build_logger, close_logger, log_lineage
 
@@ -205,12 +206,10 @@ def run_retrieval_evaluation(cfg, output_dir) -> RetrievalResult:
     atomic_write_json(output_dir / "metrics.json", flat)
 
     run_name = cfg.run_name or f"retrieval-{kcfg.name}-{task.queries}"
-    group = cfg.logger.group or cfg.experiment or f"retrieval-{kcfg.name}"
+    group, tags = group_and_tags(cfg)
     logger = build_logger(
-        cfg.logger.name, save_dir=output_dir, project=cfg.logger.project, run_name=run_name,
-        group=group,
-        job_type=cfg.logger.job_type or "evaluate-retrieval",
-        tags=[*cfg.logger.tags, "retrieval", kcfg.name, task.queries], entity=cfg.logger.entity,
+        cfg.logger.name, save_dir=output_dir, project=cfg.logger.project, run_name=run_name, group=group,
+        job_type=cfg.logger.job_type or "evaluate-retrieval", tags=tags, entity=cfg.logger.entity,
     )
     logger_dir = None
     if logger is not None:

@@ -69,7 +69,7 @@ def test_every_runnable_row_of_every_shipped_table_composes_at_every_preset():
     config, or a dataset key its task does not know, would stop its table; none of the shipped tables may. A
     paper benchmark that no loader reads yet is not run: its cells are missing, with the reason."""
     from omnimed.evaluation.datasets import PENDING, dataset_status
-    from omnimed.evaluation.reproduce import AVERAGE, plan_rows, row_task, validate
+    from omnimed.evaluation.reproduce import AVERAGE, plan_rows, validate
 
     root = Path(__file__).resolve().parents[1] / "experiments"
     for path in find_manifests(root):
@@ -78,7 +78,7 @@ def test_every_runnable_row_of_every_shipped_table_composes_at_every_preset():
             plans = plan_rows(m, preset)
             validate(plans, m)
             for plan in plans:
-                task = row_task(plan.row, m)
+                task = m.task_of(plan.row)
                 for col in m.columns:
                     key = m.datasets[preset][col]
                     status, why = dataset_status(task, key)

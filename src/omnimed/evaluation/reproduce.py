@@ -42,13 +42,6 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:60] or "row"
 
 
-def row_task(row: Row, manifest: TableManifest | None = None) -> str:
-    """The ``omnimed-evaluate`` task a row runs: the table's ``task`` if it names one, else by the row's method."""
-    if manifest is not None:
-        return manifest.task_of(row)
-    return "retrieval" if row.method == "retrieval" else "qa"
-
-
 def row_cell_status(row: Row) -> str:
     """What a row that does not run shows in its cells: ``external``, ``missing`` (method not built) or
     ``missing: <why>`` (its method is built but, e.g., its table's metric is not produced yet)."""
@@ -90,7 +83,7 @@ def plan_rows(manifest: TableManifest, preset: str, extra: list[str] | None = No
         own = [*row.overrides, *row.preset_overrides.get(preset, [])]
         ordered = ([*own, *manifest.presets[preset]] if preset == MINIATURE
                    else [*manifest.presets[preset], *own])
-        task = row_task(row, manifest)
+        task = manifest.task_of(row)
         overrides = [f"task={task}", *ordered, *(extra or [])]
         plan = RowPlan(row, name, overrides,
                        row_last=[f"task={task}", *manifest.presets[preset], *(extra or []), *own])
@@ -120,7 +113,7 @@ def check_datasets(plans: list[RowPlan], manifest: TableManifest) -> None:
     """Every dataset key a runnable row would run must be known to its task: an unknown one (a typo, a benchmark
     nobody registered) stops the table here, naming the row, the column and the keys that exist."""
     for plan in plans:
-        task = row_task(plan.row, manifest)
+        task = manifest.task_of(plan.row)
         for key, columns in plan.datasets.items():
             if dataset_status(task, key)[0] == "unknown":
                 listed = ", ".join([*known_datasets(task), AVERAGE])
@@ -134,7 +127,7 @@ def run_overrides(plan: RowPlan, manifest: TableManifest, runs_dir: Path, launch
     """The overrides of the row's ``omnimed-evaluate -m`` run over ``datasets`` (comma-separated keys): the
     row's own, the launcher (once), where its runs go and their W&B group. ``ordered`` replaces the row's own
     (validation composes the row's overrides last too)."""
-    sweep_key = dataset_key(row_task(plan.row, manifest))
+    sweep_key = dataset_key(manifest.task_of(plan.row))
     return [
         *(plan.overrides if ordered is None else ordered),
         f"{sweep_key}={datasets}",

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import threading
+from abc import ABC, abstractmethod
 
 from typing_extensions import Self
 
 
-class BackgroundSampler:
+class BackgroundSampler(ABC):
     """Calls :meth:`sample` every ``interval`` seconds between ``__enter__`` and ``__exit__`` (and once at each end),
     so a value that changes during a run is seen in between, not only at its ends."""
 
@@ -17,8 +18,9 @@ class BackgroundSampler:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.sample()
 
+    @abstractmethod
     def sample(self) -> None:
-        raise NotImplementedError
+        """Take one sample (a subclass stores it)."""
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):

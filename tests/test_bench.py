@@ -6,7 +6,9 @@ import math
 
 import pytest
 
-from omnimed.bench.train import StepLog, TrainBenchConfig, bench_train
+from omnimed.bench.train import bench_train
+from omnimed.bench.train_config import TrainBenchConfig
+from omnimed.bench.train_measure import StepLog
 
 
 def test_step_log_times_only_the_steps_after_warmup() -> None:

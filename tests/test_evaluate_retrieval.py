@@ -175,10 +175,12 @@ def test_unknown_knowledge_option_lists_the_available_ones():
     from hydra import compose, initialize_config_dir
     from hydra.errors import MissingConfigException
 
-    from omnimed.cli.common import conf_dir
-    from omnimed.cli.schema import register_evaluate_configs
+    from omnimed.conf import conf_dir
+    from omnimed.evaluation.config import register_evaluate_configs
+    from omnimed.knowledge.config import register_index_configs
 
     register_evaluate_configs()
+    register_index_configs()
     with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
         assert compose("index", overrides=["knowledge=world_tiny"]).knowledge.world_size == "tiny"
         for config in ("index", "evaluate"):

@@ -456,7 +456,7 @@ def _close(kb: KnowledgeBase) -> None:
 def test_dense_backend_chosen_by_config_is_built_searched_and_reused(kb, root, world, kind):
     """``knowledge.dense.index`` selects Qdrant (local on-disk) or FAISS IVF-PQ; both are searched through the
     knowledge base like the default flat index, and a second build reopens them instead of rebuilding."""
-    from omnimed.knowledge.dense import FaissIndex
+    from omnimed.knowledge.faiss_index import FaissIndex
     from omnimed.knowledge.qdrant import QdrantIndex
 
     cfg = tiny(name=f"dense_{kind}", sources=["wiki", "book"], dense=DenseConfig(index=kind, nprobe=64))
@@ -573,14 +573,16 @@ def test_per_source_chunking_from_command_line_overrides(tmp_path):
     from hydra.errors import ConfigCompositionException
     from omegaconf import OmegaConf
 
-    from omnimed.cli.common import conf_dir
-    from omnimed.cli.schema import register_evaluate_configs
+    from omnimed.conf import conf_dir
+    from omnimed.evaluation.config import register_evaluate_configs
+    from omnimed.knowledge.config import register_index_configs
 
     overrides = ["knowledge=world_tiny", "knowledge.name=chunked", "knowledge.sources=[book,research,wiki]",
                  "knowledge.indexes=[bm25]", "knowledge.retriever=bm25",
                  "knowledge.chunking.book.size=16", "knowledge.chunking.book.overlap=4",
                  "knowledge.chunking.research={unit: chars, size: 120, overlap: 0}"]
     register_evaluate_configs()
+    register_index_configs()
     with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
         composed = {name: OmegaConf.to_object(compose(name, overrides=overrides).knowledge)
                     for name in ("index", "evaluate")}

@@ -14,8 +14,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from omnimed.knowledge.dense import DenseRetriever, EmbeddingCache, FaissIndex
+from omnimed.knowledge.dense import DenseRetriever
+from omnimed.knowledge.embedding_cache import EmbeddingCache
 from omnimed.knowledge.encoders import TextEncoder, fingerprint_id_of
+from omnimed.knowledge.faiss_index import FaissIndex
 from omnimed.knowledge.qdrant import QdrantIndex
 from omnimed.knowledge.rerank import (
     BiEncoderReranker,

@@ -13,18 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from omnimed.data.loaders.corpora import Concept, KnowledgeGraph, Triple
+from omnimed.data.loaders.knowledge_graph import Concept, KnowledgeGraph, Triple
 from omnimed.data.world import World, build_world
-from omnimed.knowledge.graph import (
-    WORLD_SOURCE,
-    GraphStore,
-    graph_search,
-    lexical_scores,
-    normalise_name,
-    parse_graph_query,
-    realdata_graph,
-    world_graph,
-)
+from omnimed.knowledge.graph_search import graph_search
+from omnimed.knowledge.graph_sources import WORLD_SOURCE, realdata_graph, world_graph
+from omnimed.knowledge.graph_store import GraphStore
+from omnimed.knowledge.graph_text import lexical_scores, normalise_name, parse_graph_query
 from omnimed.knowledge.types import Hit, KnowledgeError
 
 T2D, DM, GDM = "Disease::D1", "Disease::D0", "Disease::D2"

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from omnimed.data.records import SOURCE_KINDS, Plan
-from omnimed.knowledge.graph import parse_graph_query
+from omnimed.knowledge.graph_text import parse_graph_query
 from omnimed.knowledge.plan import PlanParse, format_plan, parse_plan
 
 FULL = Plan(

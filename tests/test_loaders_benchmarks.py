@@ -14,19 +14,17 @@ from pathlib import Path
 import pytest
 
 from omnimed.data.errors import LoadReport, RecordError
-from omnimed.data.loaders.benchmarks import (
+from omnimed.data.loaders.instructions import load_selfbiorag_instructions
+from omnimed.data.loaders.longform import load_longform
+from omnimed.data.loaders.multiple_choice import (
     MMLU_MEDICAL_SUBJECTS,
-    load_bioasq,
     load_biomedmcqs,
-    load_longform,
     load_medmcqa,
     load_medqa,
     load_mirage,
     load_mmlu,
-    load_pubmedqa,
-    load_pubmedqa_corpus,
-    load_selfbiorag,
 )
+from omnimed.data.loaders.pubmedqa_bioasq import load_bioasq, load_pubmedqa, load_pubmedqa_corpus
 from omnimed.data.records import InstructionExample, MultipleChoiceQuestion, OpenQuestion, Passage
 
 FIX = Path(__file__).parent / "fixtures" / "benchmarks"
@@ -337,8 +335,8 @@ def test_bioasq_bad_yesno_answer_and_snippet(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------- Self-BioRAG
-def test_selfbiorag_reads_json_lines_in_a_json_file():
-    recs = load_selfbiorag(FIX / "selfbiorag_instructions.json")
+def test_selfbiorag_instructions_read_json_lines_in_a_json_file():
+    recs = load_selfbiorag_instructions(FIX / "selfbiorag_instructions.json")
     assert all(isinstance(r, InstructionExample) for r in recs)
     assert [(r.id, r.dataset, r.input) for r in recs] == [
         ("seed_task_0", "symptom_explainer", f"Symptom: tinnitus{LS}(ringing in the ears)"),
@@ -348,15 +346,15 @@ def test_selfbiorag_reads_json_lines_in_a_json_file():
     assert recs[2].output == "Benzodiazepine" and recs[2].metadata == {"is_classification": True}
 
 
-def test_selfbiorag_bad_instance_names_line_and_field(tmp_path):
+def test_selfbiorag_instructions_bad_instance_names_line_and_field(tmp_path):
     rows = [json.loads(line) for line in (FIX / "selfbiorag_instructions.json").open(encoding="utf-8")]
     rows[1]["instances"][1].pop("output")
     path = write_jsonl(tmp_path / "instructions.json", rows)
     with pytest.raises(RecordError) as info:
-        load_selfbiorag(path)
+        load_selfbiorag_instructions(path)
     assert (info.value.line, info.value.field) == (2, "instances[1].output")
     report = LoadReport()
-    assert len(load_selfbiorag(path, skip_invalid=True, report=report)) == 1
+    assert len(load_selfbiorag_instructions(path, skip_invalid=True, report=report)) == 1
     assert report.as_dict() == {"read": 1, "skipped": 1, "excluded": {}}
 
 

@@ -13,24 +13,20 @@ from pathlib import Path
 import pytest
 
 from omnimed.data.errors import LoadReport, RecordError
-from omnimed.data.loaders.corpora import (
+from omnimed.data.loaders.graph_corpus import load_graph
+from omnimed.data.loaders.hetionet import read_hetionet
+from omnimed.data.loaders.ngc_dates import DateEvent, parse_ngc_date
+from omnimed.data.loaders.obo import parse_obo
+from omnimed.data.loaders.realdata import load_realdata
+from omnimed.data.loaders.realdata_layout import (
     BOOK_FILE,
     DO_OBO,
-    EMPTY_TEXT,
     GUIDELINE_FILE,
     HETIONET_EDGES,
     HETIONET_NODES,
     WIKI_FILE,
-    DateEvent,
-    load_book,
-    load_graph,
-    load_guideline,
-    load_realdata,
-    load_wiki,
-    parse_ngc_date,
-    parse_obo,
-    read_hetionet,
 )
+from omnimed.data.loaders.text_corpora import EMPTY_TEXT, load_book, load_guideline, load_wiki
 
 FIX = Path(__file__).parent / "fixtures" / "corpora"
 

@@ -26,7 +26,7 @@ from omnimed.generation.hf import HFBackend
 from omnimed.generation.oracle import OracleBackend
 from omnimed.generation.types import Generation, Request, SamplingParams
 from omnimed.models.config import ModelConfig
-from omnimed.pipelines.reader import Reader, parse_mcq_answer
+from omnimed.methods.reader import Reader, parse_mcq_answer
 
 BIN = Path(sys.executable).parent
 TINY = ModelConfig(name="tiny-llama", source="tiny", name_or_path="tiny-llama")
@@ -171,8 +171,8 @@ def test_several_seeds_pool_the_interval_over_questions_and_count_missing_answer
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
-    from omnimed.cli.common import conf_dir
-    from omnimed.cli.schema import register_evaluate_configs
+    from omnimed.conf import conf_dir
+    from omnimed.evaluation.config import register_evaluate_configs
     from omnimed.evaluation.datasets import DatasetRequest, load_eval_dataset
     from omnimed.evaluation.qa import run_qa_evaluation, seed_summary
     from omnimed.generation import factory

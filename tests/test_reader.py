@@ -8,8 +8,10 @@ import pytest
 
 from omnimed.data.records import MultipleChoiceQuestion, OpenQuestion, Passage
 from omnimed.generation.types import Generation, SamplingParams
-from omnimed.pipelines import PROMPT_VERSION, prompts
-from omnimed.pipelines.reader import Reader, parse_mcq_answer, parse_mcq_answers, parse_open_answer
+from omnimed.evaluation import judge_prompt
+from omnimed.methods import prompts
+from omnimed.methods.prompts import PROMPT_VERSION
+from omnimed.methods.reader import Reader, parse_mcq_answer, parse_mcq_answers, parse_open_answer
 
 OPTIONS = {"A": "aspirin", "B": "Warfarin", "C": "heparin", "D": "insulin"}
 
@@ -117,7 +119,7 @@ def test_prompts_number_the_evidence_with_source_and_title_and_ask_for_the_tag()
     open_user = prompts.open_messages(OpenQuestion(id="o", question="Why?", reference_answer="x", dataset="d"),
                                       ev)[1]["content"]
     assert "<answer></answer>" in open_user and "[2] source: wiki" in open_user
-    judge = prompts.statement_judge_messages("Ref text.", "A claim.", question="Why?")[1]["content"]
+    judge = judge_prompt.statement_judge_messages("Ref text.", "A claim.", question="Why?")[1]["content"]
     assert all(s in judge for s in ("Ref text.", "A claim.", "Why?", "<label>not_mentioned</label>"))
     assert PROMPT_VERSION
 

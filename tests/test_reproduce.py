@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from omnimed.evaluation.manifest import ManifestError, find_manifests, load_manifest
+from omnimed.tables.manifest import ManifestError, find_manifests, load_manifest
 
 BIN = Path(sys.executable).parent
 COMMON = ["knowledge=world_tiny", "task.split=null", "logger=wandb"]
@@ -69,7 +69,7 @@ def test_every_runnable_row_of_every_shipped_table_composes_at_every_preset():
     config, or a dataset key its task does not know, would stop its table; none of the shipped tables may. A
     paper benchmark that no loader reads yet is not run: its cells are missing, with the reason."""
     from omnimed.evaluation.datasets import PENDING, dataset_status
-    from omnimed.evaluation.reproduce import AVERAGE, plan_rows, validate
+    from omnimed.tables.reproduce import AVERAGE, plan_rows, validate
 
     root = Path(__file__).resolve().parents[1] / "experiments"
     for path in find_manifests(root):
@@ -92,9 +92,9 @@ def test_every_runnable_row_of_every_shipped_table_composes_at_every_preset():
 
 def test_table10_runs_one_mmlu_subject_per_column_at_both_presets():
     from omnimed.evaluation.datasets import PAPER_DATASETS, REALDATA_FILES
-    from omnimed.evaluation.reproduce import plan_rows
+    from omnimed.tables.reproduce import plan_rows
 
-    m = load_manifest(Path(__file__).resolve().parents[1] / "experiments" / "self_biorag" / "table10.yaml")
+    m = load_manifest(Path(__file__).resolve().parents[1] / "experiments" / "selfbiorag" / "table10.yaml")
     for preset in ("miniature", "paper"):
         keys = [m.datasets[preset][c] for c in m.columns]
         assert len(set(keys)) == 6, (preset, keys)
@@ -159,7 +159,7 @@ def qa_manifest(tmp: Path, datasets: dict, rows: list[dict] | None = None, **ext
 
 
 def test_an_unknown_dataset_key_fails_validation_naming_row_column_and_known_keys(tmp_path):
-    from omnimed.evaluation.reproduce import plan_rows, validate
+    from omnimed.tables.reproduce import plan_rows, validate
 
     m = load_manifest(qa_manifest(tmp_path, {"miniature": {"MedQA": "world_mcq", "MMLU": "mmlu_med_vall"},
                                              "paper": {"MedQA": "medqa", "MMLU": "mmlu_med"}}))
@@ -178,7 +178,7 @@ def test_an_unknown_dataset_key_fails_validation_naming_row_column_and_known_key
 
 
 def test_a_benchmark_without_a_loader_leaves_its_cells_missing_and_the_rest_runs(tmp_path):
-    from omnimed.evaluation.reproduce import plan_rows, reproduce
+    from omnimed.tables.reproduce import plan_rows, reproduce
 
     path = qa_manifest(tmp_path, {"miniature": {"MedQA": "world_mcq", "SEER": "world_mcq", "Avg": "average"},
                                   "paper": {"MedQA": "medqa", "SEER": "seer", "Avg": "average"}})
@@ -193,13 +193,17 @@ def test_a_benchmark_without_a_loader_leaves_its_cells_missing_and_the_rest_runs
 
 
 def test_rows_whose_metric_no_task_produces_are_missing_with_the_reason(tmp_path):
-    from omnimed.evaluation.manifest import PRODUCED_METRICS, produces
-    from omnimed.evaluation.reproduce import plan_rows, reproduce
+    from omnimed.evaluation.tasks import EVAL_TASKS
+    from omnimed.tables.manifest import produces
+    from omnimed.tables.reproduce import plan_rows, reproduce
 
     rows = [{"name": "Original", "method": "rag", "overrides": ["pipeline=rag"], "published": {"Book": 117.1}},
             {"name": "Planner", "method": "omnirag", "published": {"Book": 9.0}}]
     path = qa_manifest(tmp_path, {"miniature": {"Book": "world_mcq"}, "paper": {"Book": "world_mcq"}}, rows,
                        metric="words_per_query", metrics={"Book": "words_per_query/book"}, scale=1)
+    with pytest.raises(ManifestError, match="unknown method 'omnirag'"):
+        load_manifest(path)  # neither registered nor a paper folder beside the manifest's
+    (tmp_path / "experiments" / "omnirag").mkdir()  # a paper whose method is not built yet: its folder exists
     m = load_manifest(path)
     original = m.rows[0]
     assert original.status == "missing" and plan_rows(m, "miniature") == []
@@ -211,15 +215,15 @@ def test_rows_whose_metric_no_task_produces_are_missing_with_the_reason(tmp_path
     res = reproduce_cli("--list", "--root", str(tmp_path / "experiments"), cwd=tmp_path)
     out = res.stdout + res.stderr
     assert "metric words_per_query/book not produced yet" in out and "method omnirag not built" in out
-    # the families each task writes; adding a metric to a task is one entry of PRODUCED_METRICS
+    # the families each task writes; adding a metric to a task is one entry of its EvalTask.metrics
     assert produces("retrieval", "ndcg@3") and produces("retrieval", "mrr") and not produces("retrieval", "accuracy")
     assert produces("critic_accuracy", "support/accuracy") and produces("qa", "accuracy")
     assert produces("qa", "statement_correct_ratio") and not produces("qa", "words_per_query")
-    assert "qa" in PRODUCED_METRICS
+    assert "qa" in EVAL_TASKS and not produces("no_such_task", "accuracy")
 
 
 def test_launcher_settings_validate_against_the_chosen_launcher_and_reach_the_runs(tmp_path):
-    from omnimed.evaluation.reproduce import plan_rows, run_overrides, split_launcher, validate
+    from omnimed.tables.reproduce import plan_rows, run_overrides, split_launcher, validate
 
     path = manifest(tmp_path, ROWS[:1])
     m = load_manifest(path)
@@ -318,8 +322,8 @@ def test_compare_lists_a_run_once_and_filters_local_runs_by_group_and_tags(tmp_p
     """A run folder and the W&B offline run inside it are one run; a folder without W&B still has the group and
     tags of its Hydra config, so --group / --tags select it too."""
     from omnimed.cli.compare import main as compare_main
-    from omnimed.evaluation import compare
-    from omnimed.evaluation.compare import RunRecord, local_runs, select
+    from omnimed.tables import compare
+    from omnimed.tables.compare import RunRecord, local_runs, select
 
     def run_folder(rel: str, metrics: dict, config: dict, wandb: str | None = None) -> Path:
         folder = tmp_path / "runs" / rel

@@ -24,7 +24,8 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy, ModelParallelStrategy
 
 from omnimed.training.config import StrategyConfig, TrainerConfig
-from omnimed.training.export import consolidate_checkpoint, export_hf, load_exported
+from omnimed.models.exported import load_exported
+from omnimed.training.export import consolidate_checkpoint, export_hf
 from omnimed.training.strategies import (
     CPUDeepSpeedStrategy,
     build_strategy,

@@ -8,18 +8,16 @@ read back with ``wandb leet inspect --json RUN.wandb`` or synced later with ``wa
 
 from __future__ import annotations
 
-import importlib.metadata
 import netrc
 import os
 import re
 import subprocess
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
-PACKAGES = (
-    "omnimed", "torch", "lightning", "transformers", "peft", "trl", "datasets", "accelerate", "deepspeed",
-    "hydra-core", "wandb", "sentence-transformers", "tokenizers", "safetensors",
-)  # fmt: skip
+from omnimed.data.artifacts import package_versions
+
 # a key that holds a secret: api_key, hf_token, access_token, password, ... but not special_tokens, pad_token or
 # max_new_tokens, which are configuration the run must record
 _SECRET_KEY = re.compile(
@@ -29,14 +27,16 @@ _SECRET_KEY = re.compile(
 LOGGERS = ("wandb", "csv", "tensorboard", "none")
 
 
-def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str]:
-    out = {}
-    for name in names:
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = "not installed"
-    return out
+@dataclass
+class LoggerConfig:
+    """Experiment tracking: wandb (default; offline without credentials) | csv | tensorboard | none."""
+
+    name: str = "wandb"
+    project: str = "omnimed"
+    entity: Optional[str] = None
+    group: Optional[str] = None
+    job_type: Optional[str] = None
+    tags: list[str] = field(default_factory=list)
 
 
 def git_state(path: str | Path = ".") -> dict[str, Any]:

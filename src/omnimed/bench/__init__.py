@@ -1,19 +1,20 @@
-"""Benchmarks: SFT training throughput against TRL (:mod:`omnimed.bench.train`); ``omnimed-bench`` wraps them.
+"""Benchmarks: SFT training throughput against TRL (:mod:`omnimed.bench.train`, the parent of
+:mod:`omnimed.bench.train_child`); ``omnimed-bench`` wraps them.
 
-Nothing is imported eagerly: ``python -m omnimed.bench.train`` (the per-side child process) must not find its own
-module already imported by the package.
+Nothing is imported eagerly: ``python -m omnimed.bench.train_child`` (the per-side child process) must not find its
+own module already imported by the package.
 """
 
 from __future__ import annotations
 
+from importlib import import_module
 from typing import Any
 
+_HOMES = {"TrainBenchConfig": "omnimed.bench.train_config", "bench_train": "omnimed.bench.train"}
 __all__ = ["TrainBenchConfig", "bench_train"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from omnimed.bench import train
-
-        return getattr(train, name)
+    if name in _HOMES:
+        return getattr(import_module(_HOMES[name]), name)
     raise AttributeError(f"module 'omnimed.bench' has no attribute {name!r}")

@@ -9,11 +9,11 @@ run measures:
   (it scores every passage in Python and is slow), the speed ratio, and the top-10 overlap of the two rankings
   as a sanity check (their formulas differ slightly: Lucene idf vs. Okapi idf with an epsilon floor, so overlap
   below 1.0 is expected);
-- dense (MiniLM-L6 through the shared :class:`~omnimed.knowledge.dense.EmbeddingCache`, so a rerun reuses the
-  vectors): embedding passages/s over the texts not yet cached and over a fixed sample encoded afresh (so a rerun
-  still reports a rate), FAISS flat and HNSW build time, one-query-at-a-time latency p50/p95 and
-  queries/s on pre-encoded vectors (this isolates the index), HNSW recall@10 relative to flat, and end-to-end
-  queries/s including query encoding (one query at a time, and as one batch).
+- dense (MiniLM-L6 through the shared :class:`~omnimed.knowledge.embedding_cache.EmbeddingCache`, so a rerun
+  reuses the vectors): embedding passages/s over the texts not yet cached and over a fixed sample encoded
+  afresh (so a rerun still reports a rate), FAISS flat and HNSW build time, one-query-at-a-time latency
+  p50/p95 and queries/s on pre-encoded vectors (this isolates the index), HNSW recall@10 relative to flat, and
+  end-to-end queries/s including query encoding (one query at a time, and as one batch).
 
 Timed query and build paths run with ``threads`` torch / FAISS threads; embedding the corpus is preparation and
 uses every usable core. Targets (checked and reported as pass/fail, never asserted): BM25 >= 100 queries/s on
@@ -117,8 +117,8 @@ def realdata_corpus(root: Path) -> tuple[list[str], dict[str, list[str]]]:
 
     The graph source is left out: it is a concept store, not text that BM25 or the encoder indexes.
     """
-    from omnimed.data.loaders.benchmarks import load_pubmedqa_corpus
-    from omnimed.data.loaders.corpora import load_book, load_guideline, load_wiki
+    from omnimed.data.loaders.pubmedqa_bioasq import load_pubmedqa_corpus
+    from omnimed.data.loaders.text_corpora import load_book, load_guideline, load_wiki
     from omnimed.knowledge.chunking import ChunkConfig, chunk_passages
     from omnimed.knowledge.types import index_text
 
@@ -195,7 +195,7 @@ def bench_corpus(
     """Every measurement for one corpus (see the module docstring); returns a flat dict of numbers + targets."""
     from rank_bm25 import BM25Okapi
 
-    from omnimed.knowledge.dense import FaissIndex
+    from omnimed.knowledge.faiss_index import FaissIndex
     from omnimed.knowledge.sparse import BM25Index, tokenize_for_reference
 
     groups = queries if isinstance(queries, dict) else {"all": list(queries)}
@@ -332,7 +332,7 @@ def bench_retrieval(
     ``corpora``: ``world`` (of ``world_size``), ``world-<size>`` or ``realdata``. Realdata is read from
     ``realdata_root`` or ``$OMNIMED_REALDATA``; with neither it is skipped, logged and listed in ``skipped``.
     """
-    from omnimed.knowledge.dense import EmbeddingCache
+    from omnimed.knowledge.embedding_cache import EmbeddingCache
     from omnimed.knowledge.encoders import TextEncoder
     from omnimed.models.config import named_model_config
 

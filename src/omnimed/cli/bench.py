@@ -29,7 +29,7 @@ DEFAULT_TRAIN_OUT = "outputs/bench/train.json"
 
 
 def _parser() -> argparse.ArgumentParser:
-    from omnimed.bench.train import MODELS, TrainBenchConfig
+    from omnimed.bench.train_config import MODELS, TrainBenchConfig
 
     d = TrainBenchConfig()
     parser = argparse.ArgumentParser(prog="omnimed-bench", description=__doc__.splitlines()[0])
@@ -134,7 +134,7 @@ def retrieval_table(result: dict[str, Any]) -> Table:
 def run_retrieval(args: argparse.Namespace, out_console: Console | None = None) -> dict[str, Any]:
     """``omnimed-bench retrieval``: run :func:`~omnimed.bench.retrieval.bench_retrieval`, print, write JSON."""
     from omnimed.bench.retrieval import bench_retrieval
-    from omnimed.data.io import atomic_write_json
+    from omnimed.data.artifacts import atomic_write_json
 
     cons = out_console or console
     result = bench_retrieval([c.strip() for c in args.corpora.split(",") if c.strip()], world_size=args.world_size,
@@ -222,8 +222,9 @@ def train_table(result: dict[str, Any]) -> Table:
 
 def run_train(args: argparse.Namespace, out_console: Console | None = None) -> dict[str, Any]:
     """``omnimed-bench train``: run :func:`~omnimed.bench.train.bench_train`, print the table, write the JSON."""
-    from omnimed.bench.train import TrainBenchConfig, bench_train
-    from omnimed.data.io import atomic_write_json
+    from omnimed.bench.train import bench_train
+    from omnimed.bench.train_config import TrainBenchConfig
+    from omnimed.data.artifacts import atomic_write_json
 
     cfg = TrainBenchConfig(
         model=args.model, steps=args.steps, warmup=args.warmup, batch_size=args.batch_size,

@@ -1,8 +1,8 @@
 """``omnimed-compare``: runs side by side, as a table and a plot.
 
     omnimed-compare outputs/evaluate                              # every local run folder and offline W&B run
-    omnimed-compare outputs --group omni_rag-table4 --metrics accuracy
-    omnimed-compare --online --project omnimed --group self_biorag-table6 --tags miniature
+    omnimed-compare outputs --group omnirag-table4 --metrics accuracy
+    omnimed-compare --online --project omnimed --group selfbiorag-table6 --tags miniature
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ def _fmt(value: float | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from omnimed.data.io import atomic_write_text
-    from omnimed.evaluation.compare import comparison_table, local_runs, online_runs, plot, select
+    from omnimed.data.artifacts import atomic_write_text
+    from omnimed.tables.compare import comparison_table, local_runs, online_runs, plot, select
 
     parser = argparse.ArgumentParser(prog="omnimed-compare", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -14,9 +14,9 @@ from omegaconf import DictConfig, OmegaConf
 from rich.table import Table
 
 from omnimed.cli.common import conf_dir, console
-from omnimed.cli.schema import register_evaluate_configs
+from omnimed.knowledge.config import register_index_configs
 
-register_evaluate_configs()
+register_index_configs()
 
 
 def print_report(name: str, report: list[dict]) -> None:

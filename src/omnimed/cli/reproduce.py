@@ -1,8 +1,8 @@
 """``omnimed-reproduce``: run every row of a paper table and write it beside the published numbers.
 
     omnimed-reproduce --list                                   # every table: rows that run, missing (and why), external
-    omnimed-reproduce experiments/omni_rag/table4.yaml         # miniature preset (CPU), results/table4.{md,csv,png}
-    omnimed-reproduce experiments/omni_rag/table4.yaml --preset paper --launcher submitit_slurm \
+    omnimed-reproduce experiments/omnirag/table4.yaml         # miniature preset (CPU), results/table4.{md,csv,png}
+    omnimed-reproduce experiments/omnirag/table4.yaml --preset paper --launcher submitit_slurm \
         hydra.launcher.gpus_per_node=1 hydra.launcher.partition=gpu   # launcher settings, checked before any run
 
 A row runs only if its method is built and its task produces the table's metric; the others are listed as missing
@@ -17,7 +17,7 @@ from pathlib import Path
 from rich.table import Table
 
 from omnimed.cli.common import console
-from omnimed.evaluation.manifest import ManifestError, find_manifests, load_manifest
+from omnimed.tables.manifest import ManifestError, find_manifests, load_manifest
 
 
 def list_tables(root: Path) -> int:
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         return list_tables(Path(args.root))
     if not args.manifest:
         parser.error("give a manifest path, or --list")
-    from omnimed.evaluation.reproduce import reproduce
+    from omnimed.tables.reproduce import reproduce
 
     try:
         manifest = load_manifest(args.manifest)

@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 from rich.table import Table
 
 from omnimed.cli.common import checks_task, conf_dir, console
-from omnimed.cli.schema import register_train_configs
+from omnimed.training.config import register_train_configs
 
 register_train_configs()
 

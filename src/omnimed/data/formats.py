@@ -12,30 +12,41 @@ Loader = Callable[..., list[Record]]
 
 
 def _loaders() -> dict[str, Loader]:
-    from omnimed.data.loaders import benchmarks as b
-    from omnimed.data.loaders import corpora as c
+    from omnimed.data.loaders.graph_corpus import load_graph
+    from omnimed.data.loaders.instructions import load_selfbiorag_instructions
+    from omnimed.data.loaders.longform import load_longform
+    from omnimed.data.loaders.multiple_choice import (
+        load_biomedmcqs,
+        load_medmcqa,
+        load_medqa,
+        load_mirage,
+        load_mmlu,
+    )
+    from omnimed.data.loaders.pubmedqa_bioasq import load_bioasq, load_pubmedqa, load_pubmedqa_corpus
+    from omnimed.data.loaders.text_corpora import load_book, load_guideline, load_wiki
 
     return {
-        "mirage": b.load_mirage,
-        "medqa": b.load_medqa,
-        "medmcqa": b.load_medmcqa,
-        "mmlu": b.load_mmlu,
-        "pubmedqa": b.load_pubmedqa,
-        "bioasq": b.load_bioasq,
-        "selfbiorag": b.load_selfbiorag,
-        "longform": b.load_longform,
-        "biomedmcqs": b.load_biomedmcqs,
+        "mirage": load_mirage,
+        "medqa": load_medqa,
+        "medmcqa": load_medmcqa,
+        "mmlu": load_mmlu,
+        "pubmedqa": load_pubmedqa,
+        "bioasq": load_bioasq,
+        "selfbiorag_instructions": load_selfbiorag_instructions,
+        "longform": load_longform,
+        "biomedmcqs": load_biomedmcqs,
         # the corpus kinds of ../shared/realdata, as passages
-        "book": c.load_book,
-        "guideline": c.load_guideline,
-        "research": b.load_pubmedqa_corpus,
-        "wiki": c.load_wiki,
-        "graph": c.load_graph,
+        "book": load_book,
+        "guideline": load_guideline,
+        "research": load_pubmedqa_corpus,
+        "wiki": load_wiki,
+        "graph": load_graph,
     }
 
 
 FORMAT_NAMES: tuple[str, ...] = (
-    "mirage", "medqa", "medmcqa", "mmlu", "pubmedqa", "bioasq", "selfbiorag", "longform", "biomedmcqs",
+    "mirage", "medqa", "medmcqa", "mmlu", "pubmedqa", "bioasq", "selfbiorag_instructions", "longform",
+    "biomedmcqs",
     "book", "guideline", "research", "wiki", "graph",
 )  # fmt: skip
 

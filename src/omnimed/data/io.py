@@ -1,4 +1,5 @@
-"""Reading and writing records: line-by-line JSONL, atomic writes, HF datasets, record sets with a manifest.
+"""Reading and writing records: line-by-line JSONL, HF datasets, record sets with a manifest (written atomically
+through :mod:`omnimed.data.artifacts`).
 
 JSONL is read by iterating the file, never with ``str.splitlines()``: real files hold U+2028 inside strings and
 ``splitlines`` would cut a record in two.
@@ -8,15 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+from omnimed.data.artifacts import atomic_path, atomic_write_json
 from omnimed.data.errors import LoadReport, RecordError
 from omnimed.data.records import RECORD_TYPES, Record, record_type
 
@@ -112,53 +110,14 @@ def record_line(rec: Record) -> str:
     return json.dumps({"kind": rec.kind, **rec.to_dict()}, ensure_ascii=False)
 
 
-@contextmanager
-def atomic_path(path: str | Path, *, is_dir: bool = False) -> Iterator[Path]:
-    """Yield a temporary sibling path; on success it replaces ``path`` in one rename, on error it is removed."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent)) if is_dir else None
-    if not is_dir:
-        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.close(fd)
-        tmp = Path(name)
-    assert tmp is not None
-    try:
-        yield tmp
-        if is_dir and path.exists():
-            old = path.with_name(f".{path.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            path.rename(old)
-            tmp.rename(path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, path)
-    except BaseException:
-        if tmp.is_dir():
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            tmp.unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
-
-
-def atomic_write_json(path: str | Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
-
-
 def write_records(path: str | Path, records: Iterable[Record]) -> str:
     """Write records as JSONL atomically; returns the sha256 of the file's bytes (its fingerprint)."""
     digest = hashlib.sha256()
-    with atomic_path(path) as tmp:
-        with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
-            for rec in records:
-                line = record_line(rec) + "\n"
-                fh.write(line)
-                digest.update(line.encode("utf-8"))
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+        for rec in records:
+            line = record_line(rec) + "\n"
+            fh.write(line)
+            digest.update(line.encode("utf-8"))
     return digest.hexdigest()
 
 

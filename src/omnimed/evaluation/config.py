@@ -1,4 +1,5 @@
-"""Structured configs of ``omnimed-evaluate`` (``conf/evaluate.yaml``): the root and one schema per task kind."""
+"""Structured configs of ``omnimed-evaluate`` (``conf/evaluate.yaml``) and their registration with Hydra: the root,
+one schema per evaluation task (:mod:`.tasks`) and one per registered method's pipeline config."""
 
 from __future__ import annotations
 
@@ -7,33 +8,16 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
+from omnimed.data.artifacts import PathsConfig
 from omnimed.knowledge.config import KnowledgeConfig
 from omnimed.models.config import ModelConfig
-from omnimed.training.config import LoggerConfig, PathsConfig
-
-
-@dataclass
-class RetrievalTaskConfig:
-    """Score a knowledge base's retrieval methods on (query, gold passages) sets.
-
-    ``queries``: ``world`` (the world's questions of ``split``; every gold source is queried, the graph with
-    ``subject , question``) or ``pubmedqa`` (real PubMedQA question -> its abstract, in the research source;
-    needs ``knowledge=realdata``). ``methods``: bm25 | dense | hybrid | hybrid+rerank | bm25+rerank | dense+rerank.
-    """
-
-    name: str = "retrieval"
-    queries: str = "world"
-    split: Optional[str] = "test"
-    max_queries: Optional[int] = None
-    methods: list[str] = field(default_factory=lambda: ["bm25", "dense", "hybrid", "hybrid+rerank"])
-    k: int = 10
-    ks: list[int] = field(default_factory=lambda: [1, 5, 10])
+from omnimed.tracking import LoggerConfig
 
 
 @dataclass
 class EvaluateConfig:
-    """``task`` (retrieval | qa) and ``pipeline`` are validated by their own group schemas; ``backend`` is the
-    generation backend and ``model`` the model it serves (for ``backend=hf``)."""
+    """``task`` and ``pipeline`` are validated by their own group schemas; ``backend`` is the generation backend
+    and ``model`` the model it serves (for ``backend=hf``)."""
 
     task: Any = MISSING
     pipeline: Any = None
@@ -47,21 +31,30 @@ class EvaluateConfig:
     seed: int = 0
 
 
-@dataclass
-class IndexConfig:
-    knowledge: KnowledgeConfig = field(default_factory=KnowledgeConfig)
-    paths: PathsConfig = field(default_factory=PathsConfig)
-    progress: bool = True
+def register_evaluate_configs() -> None:
+    """Schemas of ``omnimed-evaluate``: the root, ``<task>_task_schema`` per evaluation task and, per registered
+    method, ``<name>_pipeline_schema`` and, when ``conf/pipeline/<name>.yaml`` does not exist, the option
+    ``pipeline=<name>`` itself (its dataclass defaults), so a method needs no YAML file to be chosen."""
+    from pathlib import Path
 
+    from hydra.core.config_store import ConfigStore
 
-@dataclass
-class BuildConfig:
-    """``omnimed-build``: ``stage`` (validated by its own schema) run with ``backend`` (the teacher or critic),
-    ``model`` (what ``backend=hf`` serves when ``backend.model`` is unset) and ``knowledge`` (the evidence)."""
+    from omnimed.conf import conf_dir
+    from omnimed.evaluation.tasks import EVAL_TASKS
+    from omnimed.generation.factory import BackendConfig
+    from omnimed.methods.registry import get_method, method_names
 
-    stage: Any = MISSING
-    backend: Any = None
-    model: ModelConfig = field(default_factory=ModelConfig)
-    knowledge: KnowledgeConfig = field(default_factory=KnowledgeConfig)
-    paths: PathsConfig = field(default_factory=PathsConfig)
-    progress: bool = True
+    cs = ConfigStore.instance()
+    cs.store(name="evaluate_schema", node=EvaluateConfig)
+    for name, task in EVAL_TASKS.items():
+        cs.store(group="task", name=f"{name}_task_schema", node=task.config)
+    for name in method_names():
+        node = get_method(name).config
+        cs.store(group="pipeline", name=f"{name}_pipeline_schema", node=node)
+        if not (Path(conf_dir()) / "pipeline" / f"{name}.yaml").is_file():
+            cs.store(group="pipeline", name=name, node=node(name=name))
+    cs.store(group="knowledge", name="knowledge_schema", node=KnowledgeConfig)
+    cs.store(group="model", name="model_schema", node=ModelConfig)
+    cs.store(group="backend", name="backend_schema", node=BackendConfig)
+    cs.store(group="logger", name="logger_schema", node=LoggerConfig)
+    cs.store(group="paths", name="paths_schema", node=PathsConfig)

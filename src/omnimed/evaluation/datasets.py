@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from omnimed.data.errors import LoadReport
-from omnimed.data.loaders.benchmarks import MMLU_MEDICAL_SUBJECTS
+from omnimed.data.loaders.multiple_choice import MMLU_MEDICAL_SUBJECTS
 from omnimed.data.records import MultipleChoiceQuestion, OpenQuestion
 
 log = logging.getLogger(__name__)

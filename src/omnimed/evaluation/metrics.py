@@ -173,8 +173,8 @@ def judge_statements(backend, reference: str, statements: Sequence[str], *, ques
     A reply with no readable verdict, or a failed call, is labelled ``"unparsed"``: it stays in the count (see
     :func:`statement_ratios`) and a warning names how many and the first reply.
     """
+    from omnimed.evaluation.judge_prompt import statement_judge_messages
     from omnimed.generation.types import Request, SamplingParams
-    from omnimed.pipelines.prompts import statement_judge_messages
 
     if not statements:
         return []

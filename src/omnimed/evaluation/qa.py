@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from omnimed.data.records import MultipleChoiceQuestion, OpenQuestion
+from omnimed.evaluation.runner import finish_run
 from omnimed.generation.factory import BackendConfig
 
 
@@ -61,16 +62,9 @@ def _questions(cfg) -> list:
 
 
 def run_qa_evaluation(cfg, output_dir) -> QAResult:
-    """Answer, score, save every prediction, log to the configured logger."""
-    from omegaconf import OmegaConf
-
-    from omnimed.data.io import atomic_path, atomic_write_json
-    from omnimed.evaluation.identity import group_and_tags
-    from omnimed.generation.factory import build_backend
-    from omnimed.generation.types import SamplingParams
-    from omnimed.pipelines.rag import run_pipeline
-    from omnimed.pipelines.reader import Reader
-    from omnimed.tracking import build_logger, close_logger, log_lineage
+    """Answer with the method ``pipeline=`` names, score, save every prediction, log to the configured logger."""
+    from omnimed.methods.backends import run_backend
+    from omnimed.methods.registry import build_method
 
     output_dir = Path(output_dir)
     questions = _questions(cfg)
@@ -78,91 +72,61 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
     if not longform and not all(isinstance(q, MultipleChoiceQuestion) for q in questions):
         raise ValueError(f"task.dataset={cfg.task.dataset}: mixes multiple-choice and open questions; a run scores "
                          "one kind (accuracy, or statement ratios for open answers)")
-    selfbiorag = cfg.pipeline.name == "selfbiorag"
-    if longform and selfbiorag:
-        raise ValueError(f"task.dataset={cfg.task.dataset}: pipeline=selfbiorag answers multiple-choice questions; "
-                         "use pipeline=closed_book or rag for open questions")
+    method = build_method(cfg.pipeline)
+    kind = "open" if longform else "mcq"
+    if kind not in method.question_kinds:
+        raise ValueError(f"task.dataset={cfg.task.dataset}: pipeline={method.name} answers "
+                         f"{' and '.join(method.question_kinds)} questions, not {kind} ones")
     kb = None
-    if cfg.pipeline.name == "rag" or (selfbiorag and cfg.pipeline.retrieval != "never"):
+    if method.needs_knowledge():
         from omnimed.knowledge.build import build_knowledge_base
 
         kb = build_knowledge_base(cfg.knowledge, Path(cfg.paths.root), progress=True)
-    world = None
-    if cfg.backend.name == "oracle":
-        from omnimed.knowledge.corpus import world_of
-
-        world = world_of(cfg.knowledge)
-    backend_cfg, model = cfg.backend, cfg.model
-    if selfbiorag:
-        backend_cfg, model = selfbiorag_model(cfg.pipeline.generator_model, backend_cfg, model)
-    backend = build_backend(backend_cfg, model=model, world=world, cache_root=Path(cfg.paths.cache))
+    backend_cfg, model = method.serve(cfg.backend, cfg.model)
+    backend = run_backend(backend_cfg, model=model, knowledge=cfg.knowledge, cache_root=cfg.paths.cache)
     judge = None
     if longform:
         from omnimed.evaluation.longform import score_answers
 
-        judge = build_backend(cfg.task.judge, model=cfg.model, world=world, cache_root=Path(cfg.paths.cache))
+        judge = run_backend(cfg.task.judge, model=cfg.model, knowledge=cfg.knowledge, cache_root=cfg.paths.cache)
 
     outcomes: dict[int, list[bool | None]] = {}  # seed -> per question: correct, wrong, or None (no answer)
     judged: dict[int, dict[str, float]] = {}  # seed -> long-form statement metrics
+    own: dict[int, dict[str, float]] = {}  # seed -> the method's own metrics
     rows: list[dict[str, Any]] = []
     problems: dict[str, float] = {}
     for seed in dict.fromkeys(cfg.task.seeds):  # a repeated seed would only repeat its run
-        if selfbiorag:
-            from omnimed.methods.selfbiorag.inference import SelfBioRAG
-
-            answered = SelfBioRAG(cfg.pipeline, backend, kb).answer(questions)
-            found = [(o.prediction, o.correct, o.problem, o.passage_ids, o.raw,
-                      {"retrieved": o.retrieved, "p_retrieve": o.p_retrieve,
-                       "candidates": [vars(c) for c in o.candidates]}) for o in answered]
-        else:
-            params = SamplingParams(max_new_tokens=cfg.pipeline.max_new_tokens,
-                                    temperature=cfg.pipeline.temperature, seed=seed)
-            result = run_pipeline(cfg.pipeline, Reader(backend, params=params, answer_mode=cfg.pipeline.answer_mode),
-                                  questions, kb)
-            found = [(o.prediction, o.correct, o.problem, [p.id for p in ev], o.raw, {})
-                     for o, ev in zip(result.outputs, result.evidence)]
-        outcomes[seed] = [None if f[0] is None else bool(f[1]) for f in found]
+        answers = method.answer(questions, backend, kb, seed=seed)
+        outcomes[seed] = [None if a.prediction is None else bool(a.correct) for a in answers]
+        own[seed] = method.metrics(answers)
+        extras = [dict(a.extras) for a in answers]
         if longform:
-            per_answer, judged[seed] = score_answers(questions, [f[0] for f in found], judge)
-            found = [(*f[:5], {**f[5], "statements": a["statements"], "labels": a["labels"]})
-                     for f, a in zip(found, per_answer)]
-        for q, (prediction, ok, problem, evidence, raw, extra) in zip(questions, found):
-            if problem:
-                problems[problem.split(":")[0]] = problems.get(problem.split(":")[0], 0) + 1
+            per_answer, judged[seed] = score_answers(questions, [a.prediction for a in answers], judge)
+            for extra, judgement in zip(extras, per_answer):
+                extra.update(statements=judgement["statements"], labels=judgement["labels"])
+        for q, a, extra in zip(questions, answers, extras):
+            if a.problem:
+                problems[a.problem.split(":")[0]] = problems.get(a.problem.split(":")[0], 0) + 1
             rows.append({
                 "seed": seed, "question_id": q.id,
-                "gold": q.reference_answer if longform else q.answer, "prediction": prediction,
-                "correct": bool(ok), "problem": problem, "evidence": evidence, "output": raw, **extra,
+                "gold": q.reference_answer if longform else q.answer, "prediction": a.prediction,
+                "correct": bool(a.correct), "problem": a.problem, "evidence": a.evidence, "output": a.raw, **extra,
             })
     metrics = seed_summary(outcomes, n_resamples=cfg.task.bootstrap_resamples)
     if longform:  # open answers are judged, not right or wrong: drop accuracy, keep counts of missing answers
         metrics = {k: v for k, v in metrics.items() if not k.startswith("accuracy")}
         for key in next(iter(judged.values())):
             metrics[key] = sum(m[key] for m in judged.values()) / len(judged)
+    for key in next(iter(own.values())):  # the method's own metrics, averaged over seeds
+        metrics[key] = sum(m[key] for m in own.values()) / len(own)
     if len(outcomes) > 1:  # per seed, like n and missing_answers
         problems = {reason: count / len(outcomes) for reason, count in problems.items()}
-    if selfbiorag:
-        metrics["retrieval_rate"] = sum(bool(r["retrieved"]) for r in rows) / max(1, len(rows))
-        p = [r["p_retrieve"] for r in rows if r["p_retrieve"] is not None]
-        if p:
-            metrics["p_retrieve_mean"] = sum(p) / len(p)
-    with atomic_path(output_dir / "predictions.jsonl") as tmp:
-        tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-    atomic_write_json(output_dir / "metrics.json", metrics)
 
-    group, tags = group_and_tags(cfg)
-    logger = build_logger(
-        cfg.logger.name, save_dir=output_dir, project=cfg.logger.project,
-        run_name=cfg.run_name or f"{cfg.pipeline.name}-{cfg.task.dataset}", group=group,
-        job_type=cfg.logger.job_type or "evaluate-qa", tags=tags, entity=cfg.logger.entity,
-    )
-    logger_dir = None
-    if logger is not None:
-        config = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
-        log_lineage(logger, config, {"group": group, "questions": len(questions)})
-        logger.log_metrics(metrics)
-        _log_predictions(logger, rows)
-        logger_dir = close_logger(logger)
+    cols = ["seed", "question_id", "gold", "prediction", "correct", "problem", "evidence", "output"]
+    table = [[json.dumps(r[c]) if isinstance(r[c], list) else r[c] for c in cols] for r in rows]
+    logger_dir = finish_run(cfg, output_dir, rows=rows, metrics=metrics, run_name=f"{method.name}-{cfg.task.dataset}",
+                            job_type="evaluate-qa", lineage={"questions": len(questions)},
+                            tables={"qa/predictions": (cols, table)})
     return QAResult(metrics, output_dir, problems, logger_dir)
 
 
@@ -217,25 +181,29 @@ def seed_summary(outcomes: dict[int, Sequence[bool | None]], *, n_resamples: int
     return metrics
 
 
-def selfbiorag_model(path: str | None, backend_cfg, model):
-    """The backend config and model that serve a Self-BioRAG generator or critic: a trained checkpoint
-    (``path``) as the backend's model, or else the run's model with the reflective tokens added (untrained rows,
-    so its token probabilities can still be read)."""
-    import dataclasses
+def report(result: QAResult, cfg: Any, console: Any) -> float | None:
+    """Print the run's accuracy (or statement ratios) and where its files are; returns the value a sweep
+    optimises (accuracy, or the correct-statement ratio for open answers)."""
+    from rich.table import Table
 
-    from omnimed.methods.selfbiorag.tokens import SPECIAL_TOKENS
-
-    if path:
-        return dataclasses.replace(backend_cfg, model=str(path)), model
-    tokens = list(dict.fromkeys([*model.special_tokens, *SPECIAL_TOKENS]))
-    return backend_cfg, dataclasses.replace(model, special_tokens=tokens)
-
-
-def _log_predictions(logger, rows: list[dict[str, Any]]) -> None:
-    from lightning.pytorch.loggers import WandbLogger
-
-    if not isinstance(logger, WandbLogger):
-        return
-    cols = ["seed", "question_id", "gold", "prediction", "correct", "problem", "evidence", "output"]
-    logger.log_table("qa/predictions", columns=cols,
-                     data=[[json.dumps(r[c]) if isinstance(r[c], list) else r[c] for c in cols] for r in rows])
+    m = result.metrics
+    table = Table(title=f"omnimed-evaluate: {cfg.pipeline.name} on {cfg.task.dataset} ({cfg.backend.name})",
+                  show_header=False)
+    if "accuracy" in m:
+        table.add_row("accuracy", f"{m['accuracy']:.4f}  [95% CI {m['accuracy_ci_low']:.4f}, "
+                                  f"{m['accuracy_ci_high']:.4f}]  SE {m['accuracy_stderr']:.4f}")
+        table.add_row("questions", f"{m['n']:.0f} x {m['seeds']:.0f} seed(s); std over seeds "
+                                   f"{m['accuracy_std']:.4f}")
+    else:  # open answers, judged statement by statement
+        for label in ("correct", "incorrect", "not_mentioned", "unparsed"):
+            count = m.get(f"statement_{label}_count")
+            table.add_row(f"statements {label}", f"{m[f'statement_{label}_ratio']:.3f} of an answer"
+                          + (f", {count:.2f} per answer" if count is not None else ""))
+        table.add_row("questions", f"{m['n']:.0f} x {m['seeds']:.0f} seed(s); "
+                                   f"{m['answers_without_statements']:.0f} answers without statements")
+    table.add_row("missing / malformed answers", f"{m['missing_answers']:.0f}"
+                  + (f"  ({', '.join(f'{k}: {v}' for k, v in result.problems.items())})" if result.problems else ""))
+    table.add_row("outputs", f"{result.output_dir}/metrics.json, predictions.jsonl"
+                  + (f"; logger: {result.logger_dir}" if result.logger_dir else ""))
+    console.print(table)
+    return m.get("accuracy", m.get("statement_correct_ratio"))

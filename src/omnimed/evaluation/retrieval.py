@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 from omnimed.data.records import MultipleChoiceQuestion, OpenQuestion
 from omnimed.knowledge.types import Hit
@@ -23,6 +23,24 @@ METHODS: dict[str, tuple[str, bool]] = {
     "bm25+rerank": ("bm25", True),
     "dense+rerank": ("dense", True),
 }
+
+
+@dataclass
+class RetrievalTaskConfig:
+    """Score a knowledge base's retrieval methods on (query, gold passages) sets.
+
+    ``queries``: ``world`` (the world's questions of ``split``; every gold source is queried, the graph with
+    ``subject , question``) or ``pubmedqa`` (real PubMedQA question -> its abstract, in the research source;
+    needs ``knowledge=realdata``). ``methods``: bm25 | dense | hybrid | hybrid+rerank | bm25+rerank | dense+rerank.
+    """
+
+    name: str = "retrieval"
+    queries: str = "world"
+    split: Optional[str] = "test"
+    max_queries: Optional[int] = None
+    methods: list[str] = field(default_factory=lambda: ["bm25", "dense", "hybrid", "hybrid+rerank"])
+    k: int = 10
+    ks: list[int] = field(default_factory=lambda: [1, 5, 10])
 
 
 @dataclass
@@ -144,7 +162,7 @@ def load_queries(task, knowledge_cfg, kb) -> list[RetrievalQuery]:
         names = {e.id: e.name for e in world.model.entities.values()}
         queries = world_queries(questions, kb.sources, entity_names=names)
     elif task.queries == "pubmedqa":
-        from omnimed.data.loaders.benchmarks import load_pubmedqa
+        from omnimed.data.loaders.pubmedqa_bioasq import load_pubmedqa
         from omnimed.knowledge.corpus import PUBMEDQA_FILE, realdata_root
 
         records = load_pubmedqa(realdata_root(knowledge_cfg) / PUBMEDQA_FILE)
@@ -179,12 +197,8 @@ def run_retrieval_evaluation(cfg, output_dir) -> RetrievalResult:
     ``metrics.json`` and ``predictions.jsonl`` into ``output_dir`` and log both to the configured logger."""
     from pathlib import Path
 
-    from omegaconf import OmegaConf
-
-    from omnimed.data.io import atomic_path, atomic_write_json
-    from omnimed.evaluation.identity import group_and_tags
+    from omnimed.evaluation.runner import finish_run
     from omnimed.knowledge.build import build_knowledge_base
-    from omnimed.tracking import build_logger, close_logger, log_lineage
 
     task, kcfg = cfg.task, cfg.knowledge
     output_dir = Path(output_dir)
@@ -199,40 +213,42 @@ def run_retrieval_evaluation(cfg, output_dir) -> RetrievalResult:
 
     flat = {f"{method}/{name}": value for method, row in metrics.items() for name, value in row.items()}
     rows = prediction_rows(queries, hits)
-    import json
-
-    with atomic_path(output_dir / "predictions.jsonl") as tmp:
-        tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-    atomic_write_json(output_dir / "metrics.json", flat)
-
-    run_name = cfg.run_name or f"retrieval-{kcfg.name}-{task.queries}"
-    group, tags = group_and_tags(cfg)
-    logger = build_logger(
-        cfg.logger.name, save_dir=output_dir, project=cfg.logger.project, run_name=run_name, group=group,
-        job_type=cfg.logger.job_type or "evaluate-retrieval", tags=tags, entity=cfg.logger.entity,
-    )
-    logger_dir = None
-    if logger is not None:
-        config = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
-        log_lineage(logger, config, {"group": group, "knowledge_dir": str(kb.directory), "queries": len(queries)})
-        logger.log_metrics(flat)
-        _log_tables(logger, metrics, rows)
-        logger_dir = close_logger(logger)
+    logger_dir = finish_run(cfg, output_dir, rows=rows, metrics=flat,
+                            run_name=f"retrieval-{kcfg.name}-{task.queries}", job_type="evaluate-retrieval",
+                            lineage={"knowledge_dir": str(kb.directory), "queries": len(queries)},
+                            tables=_tables(metrics, rows))
     return RetrievalResult(metrics, output_dir, output_dir / "predictions.jsonl", logger_dir)
 
 
-def _log_tables(logger, metrics: dict[str, dict[str, float]], rows: list[dict]) -> None:
-    """W&B only: the method comparison and every prediction as Tables."""
-    from lightning.pytorch.loggers import WandbLogger
-
-    if not isinstance(logger, WandbLogger):
-        return
+def _tables(metrics: dict[str, dict[str, float]], rows: list[dict]) -> dict:
+    """The method comparison and every prediction, as W&B Tables."""
     names = [n for n in next(iter(metrics.values())) if "/" not in n]
-    logger.log_table("retrieval/comparison", columns=["method", *names],
-                     data=[[m, *[row.get(n) for n in names]] for m, row in metrics.items()])
-    logger.log_table(
-        "retrieval/predictions",
-        columns=["method", "query_id", "source", "query", "gold", "first_gold_rank", "top_ids"],
-        data=[[r["method"], r["query_id"], r["source"], r["query"], ", ".join(r["gold"]), r["first_gold_rank"],
-               ", ".join(h["doc_id"] for h in r["hits"])] for r in rows],
-    )
+    return {
+        "retrieval/comparison": (["method", *names], [[m, *[row.get(n) for n in names]] for m, row in metrics.items()]),
+        "retrieval/predictions": (
+            ["method", "query_id", "source", "query", "gold", "first_gold_rank", "top_ids"],
+            [[r["method"], r["query_id"], r["source"], r["query"], ", ".join(r["gold"]), r["first_gold_rank"],
+              ", ".join(h["doc_id"] for h in r["hits"])] for r in rows],
+        ),
+    }
+
+
+SHOWN = ("queries", "hit@1", "hit@5", "hit@10", "ndcg@10", "recall@10", "mrr")
+
+
+def report(result: RetrievalResult, cfg: Any, console: Any) -> float | None:
+    """Print one row per retrieval method and where the files are; returns the best method's NDCG@10."""
+    from rich.table import Table
+
+    table = Table(title=f"omnimed-evaluate: retrieval on {cfg.knowledge.name} ({cfg.task.queries})")
+    table.add_column("method", no_wrap=True)
+    for col in SHOWN:
+        table.add_column(col, justify="right")
+    for method, row in result.metrics.items():
+        table.add_row(method, *[f"{row[c]:.0f}" if c == "queries" else f"{row.get(c, float('nan')):.3f}"
+                                for c in SHOWN])
+    console.print(table)
+    console.print(f"metrics.json and predictions.jsonl in {result.output_dir}"
+                  + (f"; logger files in {result.logger_dir}" if result.logger_dir else ""))
+    best = max(result.metrics.values(), key=lambda r: r.get("ndcg@10", 0.0))
+    return best.get("ndcg@10")

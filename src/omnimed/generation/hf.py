@@ -101,7 +101,7 @@ class HFBackend:
         from omnimed.models.loading import load_causal_lm, load_tokenizer, resolve_model_path, torch_dtype
 
         if _is_checkpoint_folder(model):
-            from omnimed.training.export import load_exported
+            from omnimed.models.exported import load_exported
 
             folder = Path(model).resolve()
             dtype = dtype or "float32"

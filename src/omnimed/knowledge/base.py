@@ -197,7 +197,7 @@ class KnowledgeBase:
         return [reciprocal_rank_fusion([s, d], k=self.cfg.fusion_k, top=k) for s, d in zip(sparse, dense)]
 
     def _graph_batch(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
-        from omnimed.knowledge.graph import parse_graph_query
+        from omnimed.knowledge.graph_text import parse_graph_query
 
         if self.graph is None:
             raise KnowledgeError(

@@ -18,7 +18,6 @@ another encoder is never mixed with this one.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import time
 from pathlib import Path
@@ -26,7 +25,8 @@ from typing import Any
 
 from rich.console import Console
 
-from omnimed.data.io import atomic_write_json, read_records, write_records
+from omnimed.data.artifacts import atomic_write_json, package_versions, settings_key
+from omnimed.data.io import read_records, write_records
 from omnimed.data.records import Passage
 from omnimed.knowledge.base import KnowledgeBase, SourceIndex
 from omnimed.knowledge.config import TEXT_SOURCES, KnowledgeConfig
@@ -35,10 +35,6 @@ from omnimed.knowledge.types import KnowledgeError, index_text
 
 console = Console(stderr=True)
 INDEX_KINDS = ("bm25", "dense")
-
-
-def _key(*parts: Any) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 def build_encoder(cfg: KnowledgeConfig):
@@ -91,7 +87,7 @@ def build_knowledge_base(
 
     ``report`` (a list) receives one dict per source: what was built or reused, counts, seconds, directory.
     """
-    from omnimed.knowledge.dense import EmbeddingCache
+    from omnimed.knowledge.embedding_cache import EmbeddingCache
 
     _check(cfg)
     base_dir = Path(root) / cfg.index_dir / cfg.name
@@ -124,9 +120,9 @@ def build_knowledge_base(
 
 # ------------------------------------------------------------------------------------------------- graph
 def _graph(cfg: KnowledgeConfig, corpus: SourceCorpus, base_dir: Path):
-    from omnimed.knowledge.graph import GraphStore
+    from omnimed.knowledge.graph_store import GraphStore
 
-    path = base_dir / f"graph-{_key(corpus.fingerprint())}.sqlite"
+    path = base_dir / f"graph-{settings_key([corpus.fingerprint()])}.sqlite"
     row = {"source": "graph", "directory": str(path), "concepts": len(corpus)}
     if path.is_file():
         row["built"] = []
@@ -145,7 +141,7 @@ def _text_source(cfg, corpus: SourceCorpus, base_dir: Path, encoder, cache, prog
         raise KnowledgeError(f"source {source!r} is not a text source")
     chunking = dataclasses.asdict(cfg.chunking_for(source))
     fingerprint = corpus.fingerprint()
-    src_dir = base_dir / f"{source}-{_key(fingerprint, chunking)}"
+    src_dir = base_dir / f"{source}-{settings_key([fingerprint, chunking])}"
     src_dir.mkdir(parents=True, exist_ok=True)
     manifest_path = src_dir / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
@@ -168,7 +164,7 @@ def _text_source(cfg, corpus: SourceCorpus, base_dir: Path, encoder, cache, prog
         from omnimed.knowledge.sparse import BM25Index
 
         params = dataclasses.asdict(cfg.sparse)
-        bm25_dir = src_dir / f"bm25-{_key(params)}"
+        bm25_dir = src_dir / f"bm25-{settings_key([params])}"
         if _complete(manifest, bm25_dir):
             index.bm25 = BM25Index.load(bm25_dir, mmap=True)
             _use(manifest_path, manifest, "bm25", bm25_dir)
@@ -188,13 +184,13 @@ def _text_source(cfg, corpus: SourceCorpus, base_dir: Path, encoder, cache, prog
 
 
 def _dense(cfg, src_dir: Path, manifest: dict, manifest_path: Path, texts, encoder, cache, progress: bool):
-    from omnimed.knowledge.dense import FaissIndex
+    from omnimed.knowledge.faiss_index import FaissIndex
     from omnimed.knowledge.qdrant import QdrantIndex, collection_name
 
     d = cfg.dense
     settings = {k: v for k, v in dataclasses.asdict(d).items()
                 if k not in ("batch_size", "embed_shard_size", "qdrant_url")}
-    dense_dir = src_dir / f"dense-{_key(encoder.fingerprint_id, settings)}"
+    dense_dir = src_dir / f"dense-{settings_key([encoder.fingerprint_id, settings])}"
     kind = d.index
     if _complete(manifest, dense_dir):
         _use(manifest_path, manifest, "dense", dense_dir)
@@ -243,8 +239,6 @@ def _finish(path: Path, manifest: dict, kind: str, info: dict) -> None:
 def _write_manifest(path: Path, manifest: dict, **updates: Any) -> None:
     """Record a finished step; each step is written as soon as it is complete, so a crash loses only the step
     that was running."""
-    from omnimed.tracking import package_versions
-
     manifest.update(updates)
     manifest.setdefault("versions", package_versions())
     atomic_write_json(path, manifest)

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any, Optional
 
+from omnimed.data.artifacts import PathsConfig
 from omnimed.data.records import SOURCE_KINDS
 from omnimed.knowledge.types import KnowledgeError
 
@@ -183,3 +184,22 @@ class KnowledgeConfig:
 
     def chunking_for(self, source: str) -> ChunkingConfig:
         return self.chunking.resolve(source)
+
+
+@dataclass
+class IndexConfig:
+    """``omnimed-index``: the knowledge base to build or reuse, under ``paths.root``."""
+
+    knowledge: KnowledgeConfig = field(default_factory=KnowledgeConfig)
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    progress: bool = True
+
+
+def register_index_configs() -> None:
+    """Schemas of ``omnimed-index``: the root, ``knowledge`` and ``paths``."""
+    from hydra.core.config_store import ConfigStore
+
+    cs = ConfigStore.instance()
+    cs.store(name="index_schema", node=IndexConfig)
+    cs.store(group="knowledge", name="knowledge_schema", node=KnowledgeConfig)
+    cs.store(group="paths", name="paths_schema", node=PathsConfig)

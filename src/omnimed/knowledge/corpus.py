@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omnimed.data.loaders.corpora import KnowledgeGraph
+from omnimed.data.loaders.knowledge_graph import KnowledgeGraph
 from omnimed.data.records import SOURCE_KINDS, Passage
 from omnimed.knowledge.config import CORPORA, KnowledgeConfig
 from omnimed.knowledge.types import KnowledgeError
@@ -86,7 +86,7 @@ def world_of(cfg: KnowledgeConfig):
 
 
 def _world_source(cfg: KnowledgeConfig, source: str) -> SourceCorpus:
-    from omnimed.knowledge.graph import world_graph
+    from omnimed.knowledge.graph_sources import world_graph
 
     world = world_of(cfg)
     origin = f"world seed={cfg.world_seed} size={cfg.world_size}"
@@ -114,25 +114,26 @@ def realdata_root(cfg: KnowledgeConfig) -> Path:
 
 
 def _realdata_source(cfg: KnowledgeConfig, source: str) -> SourceCorpus:
-    from omnimed.data.loaders import corpora
-    from omnimed.data.loaders.benchmarks import load_pubmedqa_corpus
-    from omnimed.knowledge.graph import realdata_graph
+    from omnimed.data.loaders.pubmedqa_bioasq import load_pubmedqa_corpus
+    from omnimed.data.loaders.realdata import CORPUS_LOADERS
+    from omnimed.data.loaders.realdata_layout import GRAPH_DIR
+    from omnimed.knowledge.graph_sources import realdata_graph
 
     root = realdata_root(cfg)
     if source == "graph":
-        graph_dir = root / corpora.GRAPH_DIR
+        graph_dir = root / GRAPH_DIR
         return SourceCorpus(source, graph=realdata_graph(graph_dir), origin=str(graph_dir))
     if source == "research":
         file = root / PUBMEDQA_FILE
         return SourceCorpus(source, load_pubmedqa_corpus(file), origin=str(file))
-    return SourceCorpus(source, corpora.CORPUS_LOADERS[source](root), origin=str(root))
+    return SourceCorpus(source, CORPUS_LOADERS[source](root), origin=str(root))
 
 
 # ------------------------------------------------------------------------------------------------- files
 def _files_source(cfg: KnowledgeConfig, source: str) -> SourceCorpus:
     from omnimed.data.formats import load_format
     from omnimed.data.io import load_record_set
-    from omnimed.knowledge.graph import realdata_graph
+    from omnimed.knowledge.graph_sources import realdata_graph
 
     if source == "graph":
         if not cfg.graph_dir:

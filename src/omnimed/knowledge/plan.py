@@ -6,9 +6,9 @@ E.7; an empty tag means the source is not used)::
     <book>q0 ; q1</book><guideline></guideline><research>q0</research><wiki></wiki><graph>term , question</graph>
 
 Graph queries are ``term , question``; the plan keeps them whole (the graph source splits them, see
-:func:`omnimed.knowledge.graph.parse_graph_query`). Model output is often slightly off, so :func:`parse_plan` never
-raises: it keeps every part that is valid and lists what was wrong, with character offsets, in
-``PlanParse.problems`` (which a trainer can also use as a format signal).
+:func:`omnimed.knowledge.graph_text.parse_graph_query`). Model output is often slightly off, so
+:func:`parse_plan` never raises: it keeps every part that is valid and lists what was wrong, with character
+offsets, in ``PlanParse.problems`` (which a trainer can also use as a format signal).
 """
 
 from __future__ import annotations

@@ -31,15 +31,16 @@ from qdrant_client import QdrantClient
 from qdrant_client import models as qm
 from qdrant_client.http.exceptions import ApiException
 
-from omnimed.knowledge.dense import (
-    META_FILE,
-    as_query_matrix,
-    now_iso,
-    read_index_meta,
-    write_json_atomic,
-)
+from omnimed.data.artifacts import atomic_write_json
 from omnimed.knowledge.encoders import check_fingerprint, describe_fingerprint, fingerprint_id_of
 from omnimed.knowledge.types import IndexMismatchError, KnowledgeError, Ranking
+from omnimed.knowledge.vector_index import (
+    META_FILE,
+    as_query_matrix,
+    as_vector_matrix,
+    now_iso,
+    read_index_meta,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -186,14 +187,8 @@ class QdrantIndex:
             raise KnowledgeError(f"Unknown Qdrant metric {metric!r}; use one of {sorted(_DISTANCES)}")
         if batch_size <= 0:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
-        data = np.asarray(vectors, dtype=np.float32)
-        if data.ndim != 2 or data.shape[1] == 0:
-            raise KnowledgeError(f"Expected a 2-d (n, dim) array of vectors, got shape {data.shape}")
+        data = as_vector_matrix(vectors, encoder)
         n, dim = data.shape
-        if encoder is not None and encoder.get("dim") not in (None, dim):
-            raise IndexMismatchError(
-                f"Vectors are {dim}-d but the encoder fingerprint says {describe_fingerprint(encoder)}"
-            )
         folder = Path(directory) if directory is not None else None
         if folder is not None:
             folder.mkdir(parents=True, exist_ok=True)
@@ -292,7 +287,7 @@ class QdrantIndex:
             "hnsw_ef": self.hnsw_ef,
             "created": now_iso(),
         }
-        write_json_atomic(folder / META_FILE, meta)
+        atomic_write_json(folder / META_FILE, meta)
 
     def save(self, directory: str | Path, *, batch_size: int = 256) -> Path:
         """Make ``directory`` loadable with ``QdrantIndex.load``.

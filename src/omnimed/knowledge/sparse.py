@@ -11,9 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import tempfile
-import uuid
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -23,6 +20,7 @@ import bm25s
 import Stemmer
 from bm25s.tokenization import _infer_stopwords
 
+from omnimed.data.artifacts import atomic_path
 from omnimed.knowledge.types import KnowledgeError, Ranking
 
 SETTINGS_FILE = "omnimed_bm25.json"
@@ -153,26 +151,10 @@ class BM25Index:
         target = Path(directory)
         if target.exists() and not target.is_dir():
             raise KnowledgeError(f"cannot save a BM25 index to {target}: it exists and is not a directory")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-        try:
+        with atomic_path(target, is_dir=True) as tmp:
             self._model.save(tmp, show_progress=False)
             settings = {"format": _FORMAT, "token_pattern": TOKEN_PATTERN, "lowercase": True, **self.info}
             (tmp / SETTINGS_FILE).write_text(json.dumps(settings, indent=2), encoding="utf-8")
-            if target.exists():
-                old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
-                os.replace(target, old)
-                try:
-                    os.replace(tmp, target)
-                except BaseException:
-                    os.replace(old, target)
-                    raise
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.replace(tmp, target)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         return target
 
     @classmethod

@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from omnimed.data.artifacts import PathsConfig
 from omnimed.models.config import ModelConfig
+from omnimed.tracking import LoggerConfig
 
 
 @dataclass
@@ -76,26 +78,6 @@ class StrategyConfig:
 
 
 @dataclass
-class LoggerConfig:
-    """Experiment tracking: wandb (default; offline without credentials) | csv | tensorboard | none."""
-
-    name: str = "wandb"
-    project: str = "omnimed"
-    entity: Optional[str] = None
-    group: Optional[str] = None
-    job_type: Optional[str] = None
-    tags: list[str] = field(default_factory=list)
-
-
-@dataclass
-class PathsConfig:
-    root: str = "."
-    checkpoints: str = "checkpoints"
-    cache: str = "${oc.env:OMNIMED_CACHE,${oc.env:HOME}/.cache/omnimed}"
-    output_dir: str = "${hydra:runtime.output_dir}"
-
-
-@dataclass
 class DebugConfig:
     """Debug presets: fast_dev_run, overfit one batch, profiler."""
 
@@ -120,3 +102,27 @@ class TrainConfig:
     run_name: Optional[str] = None
     # "last" resumes the newest checkpoint of this run name; "auto" resumes run_name if it has one, else starts it
     ckpt_path: Optional[str] = None
+
+
+#: each group of ``conf/train.yaml`` and the dataclass that validates it (``<group>_schema``)
+GROUP_SCHEMAS = {
+    "task": TaskConfig,
+    "model": ModelConfig,
+    "data": DataConfig,
+    "trainer": TrainerConfig,
+    "strategy": StrategyConfig,
+    "logger": LoggerConfig,
+    "paths": PathsConfig,
+    "debug": DebugConfig,
+}
+
+
+def register_train_configs() -> None:
+    """Schemas of ``omnimed-train``: the root ``train_schema`` and one ``<group>_schema`` per group, which every
+    YAML option of that group lists first in its defaults so Hydra validates it."""
+    from hydra.core.config_store import ConfigStore
+
+    cs = ConfigStore.instance()
+    cs.store(name="train_schema", node=TrainConfig)
+    for group, node in GROUP_SCHEMAS.items():
+        cs.store(group=group, name=f"{group}_schema", node=node)

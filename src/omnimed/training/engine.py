@@ -21,7 +21,7 @@ import torch
 from lightning.pytorch import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from omnimed.data.io import atomic_write_json, atomic_write_text
+from omnimed.data.artifacts import atomic_write_json, atomic_write_text
 from omnimed.training.config import TrainConfig
 
 
@@ -175,17 +175,16 @@ def train(
 
     from omnimed.models.loading import load_tokenizer
     from omnimed.tracking import build_logger, log_lineage, wandb_run_dir
-    from omnimed.training.data import SFTDataModule
     from omnimed.training.export import consolidate_checkpoint, export_hf
+    from omnimed.training.objectives import get_objective
     from omnimed.training.resume import find_last_checkpoint
-    from omnimed.training.sft import SFTModule, check_objective
     from omnimed.training.strategies import build_strategy
 
     resolved = OmegaConf.to_container(cfg_in, resolve=True) if isinstance(cfg_in, DictConfig) else None
     cfg = _to_config(cfg_in)
     # the task's format tokens join the model's own, once each, model's first (stable ids across tasks)
     cfg.model.special_tokens = list(dict.fromkeys([*cfg.model.special_tokens, *cfg.task.special_tokens]))
-    check_objective(cfg.task)  # before any work: task.objective=dpo must not silently train SFT
+    objective = get_objective(cfg.task.objective, cfg.task.name)  # before any work: an unbuilt one fails by name
     if cfg.trainer.num_threads:
         torch.set_num_threads(cfg.trainer.num_threads)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
@@ -220,10 +219,8 @@ def train(
 
     tokenizer = load_tokenizer(cfg.model)
     records, data_lineage = load_examples(cfg)
-    datamodule = SFTDataModule(
-        records, tokenizer, data_cfg=cfg.data, task_cfg=cfg.task, cache_dir=Path(cfg.paths.cache) / "tokenized"
-    )
-    module = SFTModule(cfg.model, cfg.task, tokenizer)
+    datamodule = objective.datamodule(cfg, records, tokenizer)
+    module = objective.module(cfg, tokenizer)
     built = build_strategy(cfg.strategy, cfg.trainer, micro_batch_size=cfg.data.batch_size)
 
     logger = build_logger(
@@ -288,7 +285,7 @@ def train(
             export_hf(module.model, tokenizer, hf_dir, merge_lora=cfg.model.lora.merge_on_export, overwrite=True)
 
     metrics = _final_metrics(trainer, history)
-    if datamodule.dropped_too_long is not None:
+    if getattr(datamodule, "dropped_too_long", None) is not None:
         metrics["data/dropped_too_long"] = float(datamodule.dropped_too_long)
         metrics["data/examples"] = float(datamodule.num_examples)
     if trainer.is_global_zero:

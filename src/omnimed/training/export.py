@@ -6,7 +6,8 @@
 - :func:`export_hf`: a full model or a PEFT adapter (optionally plus the merged model) + tokenizer + generation
   config, written to a temporary folder next to the target and renamed into place, so readers never see half a
   checkpoint.
-- :func:`load_exported`: the inverse, including adapters whose base model's vocabulary was extended.
+- the inverse, :func:`omnimed.models.exported.load_exported`, reloads such a folder (adapters whose base model's
+  vocabulary was extended included).
 
 Call these on one process (rank 0) with an ordinary, unsharded model; ZeRO-3 / FSDP2 runs go through
 :func:`consolidate_checkpoint` first.
@@ -15,18 +16,17 @@ Call these on one process (rank 0) with an ordinary, unsharded model; ZeRO-3 / F
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import os
-import shutil
 import tempfile
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
+
+from omnimed.data.artifacts import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -142,9 +142,7 @@ def export_hf(
     _check_exportable(model, tokenizer)
     gen = _generation_config(model, tokenizer, generation_config)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    try:
+    with atomic_path(out, is_dir=True) as tmp:
         if _is_peft(model):
             model.save_pretrained(tmp, safe_serialization=True)
             if merge_lora:
@@ -156,10 +154,6 @@ def export_hf(
             if merge_lora:
                 log.info("export_hf: merge_lora ignored, %s is not a PEFT model", type(model).__name__)
             _save_full(model, tokenizer, gen, tmp)
-        _publish(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     log.info("exported %s to %s", type(model).__name__, out)
     return out
 
@@ -177,17 +171,6 @@ def _save_extras(tokenizer: Any, gen: Any, folder: Path) -> None:
         tokenizer.save_pretrained(folder)
     if gen is not None:
         gen.save_pretrained(folder)
-
-
-def _publish(tmp: Path, out: Path) -> None:
-    """Rename ``tmp`` to ``out``; an existing ``out`` is moved aside first and deleted after the swap."""
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:8]}")
-        os.replace(out, old)
-        os.replace(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, out)
 
 
 def _is_peft(model: nn.Module) -> bool:
@@ -235,52 +218,3 @@ def _generation_config(model: nn.Module, tokenizer: Any, given: Any) -> Any:
             if getattr(gen, field, None) is None and getattr(tokenizer, field, None) is not None:
                 setattr(gen, field, getattr(tokenizer, field))
     return gen
-
-
-# ------------------------------------------------------------------------------------------------------------ reload
-def load_exported(folder: PathLike, **model_kwargs: Any) -> tuple[nn.Module, Any]:
-    """``(model, tokenizer)`` from an :func:`export_hf` folder (tokenizer ``None`` when none was saved).
-
-    A full-model folder loads with ``AutoModelForCausalLM.from_pretrained``. An adapter folder loads its base model
-    (``base_model_name_or_path``), resizes its embeddings to the saved tokenizer when tokens were added, then applies
-    the adapter with ``PeftModel.from_pretrained``.
-    """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    path = Path(folder)
-    tokenizer = AutoTokenizer.from_pretrained(path) if (path / "tokenizer_config.json").is_file() else None
-    adapter_cfg = path / "adapter_config.json"
-    if not adapter_cfg.is_file():
-        return AutoModelForCausalLM.from_pretrained(path, **model_kwargs), tokenizer
-
-    from peft import PeftModel
-
-    base_id = json.loads(adapter_cfg.read_text()).get("base_model_name_or_path")
-    if not base_id:
-        raise ValueError(f"{adapter_cfg} names no base_model_name_or_path; load the base yourself")
-    base = AutoModelForCausalLM.from_pretrained(base_id, **model_kwargs)
-    rows = max(len(tokenizer) if tokenizer is not None else 0, _saved_embedding_rows(path))
-    if base.get_input_embeddings().weight.shape[0] < rows:
-        base.resize_token_embeddings(rows)
-    return PeftModel.from_pretrained(base, path), tokenizer
-
-
-def _saved_embedding_rows(folder: Path) -> int:
-    """Rows of the largest full embedding matrix saved in an adapter (embed_tokens / lm_head), 0 if none."""
-    from safetensors import safe_open
-
-    file = folder / "adapter_model.safetensors"
-    if not file.is_file():
-        return 0
-    rows = 0
-    with safe_open(str(file), framework="pt") as f:
-        for key in f.keys():  # noqa: SIM118 - safe_open is not a mapping
-            if (
-                ("embed_tokens" in key or "lm_head" in key)
-                and "lora_" not in key
-                and "trainable_tokens" not in key
-            ):
-                shape = f.get_slice(key).get_shape()
-                if len(shape) == 2:
-                    rows = max(rows, int(shape[0]))
-    return rows

@@ -24,12 +24,10 @@ from torch import nn
 
 from omnimed.models.config import ModelConfig
 from omnimed.training.config import TaskConfig
+from omnimed.training.objectives import Objective, register_objective
 from omnimed.training.tokenize import IGNORE_INDEX
 
 C = TypeVar("C")
-
-#: ``TaskConfig.objective`` values the training engine builds (this module); dpo, distill, ... are not built yet.
-OBJECTIVES = ("sft",)
 
 #: ``TaskConfig.scheduler`` -> ``transformers.get_scheduler`` name; every one warms up linearly first.
 SCHEDULERS = {"cosine": "cosine", "linear": "linear", "constant": "constant_with_warmup"}
@@ -44,15 +42,6 @@ def as_config(cls: type[C], value: C | Mapping[str, Any] | DictConfig) -> C:
         merged = OmegaConf.merge(OmegaConf.structured(cls), value)
         return OmegaConf.to_object(merged)  # type: ignore[return-value]
     raise TypeError(f"expected a {cls.__name__} or a mapping, got {type(value).__name__}")
-
-
-def check_objective(task_cfg: TaskConfig) -> None:
-    """Fail, naming ``task.objective`` and the built objectives, unless this engine trains the task's objective."""
-    if task_cfg.objective not in OBJECTIVES:
-        raise ValueError(
-            f"task.objective={task_cfg.objective!r} (task {task_cfg.name}) is not built in the training engine; "
-            f"built objectives: {', '.join(OBJECTIVES)}"
-        )
 
 
 def is_no_decay(module: nn.Module, param_name: str) -> bool:
@@ -102,7 +91,6 @@ class SFTModule(L.LightningModule):
         super().__init__()
         self.model_cfg: ModelConfig = as_config(ModelConfig, model_cfg)
         self.task_cfg: TaskConfig = as_config(TaskConfig, task_cfg)
-        check_objective(self.task_cfg)
         if tokenizer is None:
             from omnimed.models.loading import load_tokenizer
 
@@ -240,3 +228,19 @@ class SFTModule(L.LightningModule):
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1},
         }
+
+
+def _datamodule(cfg: Any, records: list, tokenizer: Any) -> Any:
+    from pathlib import Path
+
+    from omnimed.training.data import SFTDataModule
+
+    return SFTDataModule(records, tokenizer, data_cfg=cfg.data, task_cfg=cfg.task,
+                         cache_dir=Path(cfg.paths.cache) / "tokenized")
+
+
+def _module(cfg: Any, tokenizer: Any) -> SFTModule:
+    return SFTModule(cfg.model, cfg.task, tokenizer)
+
+
+register_objective(Objective("sft", datamodule=_datamodule, module=_module))

@@ -21,12 +21,12 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from omnimed.data.artifacts import StageResult, batches, open_stage
 from omnimed.data.records import InstructionExample, Passage
 from omnimed.generation.types import Request, SamplingParams
 from omnimed.methods.selfbiorag import prompts
 from omnimed.methods.selfbiorag.instructions import in_subset, load_instructions, split_of, stage_inputs
 from omnimed.methods.selfbiorag.tokens import CONTRACT_VERSION, CRITIC_CHOICES
-from omnimed.stages import StageResult, batches, open_stage
 
 STAGE = "selfbiorag_critic_data"
 

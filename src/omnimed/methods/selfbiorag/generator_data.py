@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from omnimed.data.artifacts import StageResult, batches, open_stage
 from omnimed.data.records import InstructionExample, Passage, ReflectiveLabels
 from omnimed.generation.types import Request, SamplingParams
 from omnimed.methods.selfbiorag import prompts
@@ -32,7 +33,6 @@ from omnimed.methods.selfbiorag.tokens import (
     format_output,
     read_choice,
 )
-from omnimed.stages import StageResult, batches, open_stage
 
 STAGE = "selfbiorag_generator_data"
 

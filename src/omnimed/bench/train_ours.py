@@ -1,0 +1,124 @@
+"""Our side of ``omnimed-bench train``, run in its own process by :mod:`omnimed.bench.train_child`.
+
+Our side is the real thing: :class:`~omnimed.training.sft.SFTModule` fitted by a Lightning ``Trainer`` (fp32,
+gradient clipping 1.0, cosine schedule with 3% warmup, no logger, no checkpointing, no progress bar) on batches of
+:class:`~omnimed.training.data.SFTDataModule` (length-grouped per-batch padding, or packing). A Lightning Trainer
+rather than calling ``training_step`` by hand, because that loop (hooks, logging, closure, clipping, scheduler) is
+the overhead a user pays, and TRL's side (:mod:`omnimed.bench.train_trl`) pays its own ``transformers.Trainer``
+loop.
+
+With ``ours_loss="selective"`` the module is a bench variant whose loss applies the LM head to the supervised
+positions only (see :func:`_selective_module_cls`).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from typing import Any
+
+from omnimed.bench.train_config import TrainBenchConfig, task_config
+from omnimed.bench.train_data import check_epoch, datamodule, side_setup
+from omnimed.bench.train_measure import PeakRSS, StepLog
+
+
+def _selective_module_cls():
+    """``SFTModule`` whose loss projects only the supervised positions through the LM head (bench variant).
+
+    The stock module lets the HF model build the full ``(batch, seq, vocab)`` logits and their cross-entropy; with
+    prompt tokens masked, most of those rows are thrown away. This variant runs the decoder, gathers the hidden
+    states whose next-token label is supervised, and applies the LM head and cross-entropy to those rows only: the
+    same loss (sum over supervised tokens / their count), a fraction of the head's FLOPs and memory. (Boolean
+    indexing syncs with the host, which costs nothing on CPU; on GPU a ``torch.where`` mask would avoid it.)
+    """
+    import torch.nn.functional as F
+    from peft import PeftModel
+
+    from omnimed.training.sft import SFTModule
+    from omnimed.training.tokenize import IGNORE_INDEX
+
+    class SelectiveHeadSFTModule(SFTModule):
+        def _loss(self, batch):  # type: ignore[override]
+            model = self._require_model()
+            base = model.get_base_model() if isinstance(model, PeftModel) else model
+            decoder = getattr(base, base.base_model_prefix)
+            hidden = decoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                             use_cache=False).last_hidden_state
+            targets = batch["labels"][:, 1:]
+            keep = targets != IGNORE_INDEX
+            n_targets = keep.sum()
+            logits = base.get_output_embeddings()(hidden[:, :-1][keep])
+            loss = F.cross_entropy(logits.float(), targets[keep], reduction="sum") / n_targets.clamp(min=1)
+            return loss, n_targets
+
+    return SelectiveHeadSFTModule
+
+
+def run_ours(cfg: TrainBenchConfig) -> dict[str, Any]:
+    """Our side: ``SFTModule`` + ``SFTDataModule`` under a Lightning ``Trainer`` (see the module docstring);
+    returns this run's step log summary, peak RSS and set-up details as a JSON-ready dict."""
+    import lightning as L
+    import torch
+    from lightning.pytorch import Callback
+
+    from omnimed.training.sft import SFTModule
+
+    with PeakRSS() as rss:
+        t0 = time.perf_counter()
+        mcfg, tokenizer, rows = side_setup(cfg)
+        dm = datamodule(rows, tokenizer, cfg, packing=cfg.packing)
+        check_epoch(len(dm.train_dataloader()), cfg)
+        log = StepLog()
+
+        class StepTimer(Callback):
+            def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+                log.begin()
+
+            def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+                log.step_end()
+                loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+                log.losses.append(float(loss.detach()))
+                log.record_batch(batch)
+                if log.threads_in_loop is None:
+                    log.threads_in_loop = torch.get_num_threads()
+
+        L.seed_everything(cfg.seed, workers=True, verbose=False)
+        module_cls = SFTModule if cfg.ours_loss == "model" else _selective_module_cls()
+        module = module_cls(mcfg, task_config(cfg), tokenizer)
+        module.configure_model()  # load now, so setup_s covers it and the timed loop does not
+        rss_model_mb = rss.current_mb()
+        with tempfile.TemporaryDirectory(prefix="omnimed-bench-") as tmp:
+            trainer = L.Trainer(
+                accelerator="cpu",
+                devices=1,
+                precision="32-true",
+                max_steps=cfg.total_steps,
+                max_epochs=1,
+                gradient_clip_val=1.0,
+                accumulate_grad_batches=1,
+                logger=False,
+                enable_checkpointing=False,
+                enable_progress_bar=False,
+                enable_model_summary=False,
+                num_sanity_val_steps=0,
+                limit_val_batches=0,
+                use_distributed_sampler=False,
+                log_every_n_steps=1,
+                callbacks=[StepTimer()],
+                default_root_dir=tmp,
+            )
+            setup_s = time.perf_counter() - t0
+            trainer.fit(module, datamodule=dm)
+    result = log.summary(cfg.warmup, cfg.steps)
+    result.update(rss.result())
+    result.update(
+        side="ours",
+        loop="lightning.Trainer.fit(SFTModule, SFTDataModule)",
+        loss_impl=cfg.ours_loss,
+        setup_s=round(setup_s, 2),
+        rss_after_model_load_mb=round(rss_model_mb, 1),
+        threads=log.threads_in_loop,
+        trainable_params=sum(p.numel() for p in module.model.parameters() if p.requires_grad),
+        batches_per_epoch=len(dm.train_dataloader()),
+    )
+    return result

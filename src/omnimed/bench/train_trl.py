@@ -1,0 +1,155 @@
+"""TRL's side of ``omnimed-bench train``, run in its own process by :mod:`omnimed.bench.train_child`.
+
+TRL's side is ``trl.SFTTrainer`` with ``SFTConfig`` (``completion_only_loss``, ``max_length``, no gradient
+checkpointing, fp32, ``use_cpu``, ``optim="adamw_torch"``, i.e. the same ``torch.optim.AdamW`` as ours rather than
+HF's fused default, same lr/clipping/schedule, logging every step, no reporting, no saving, no progress output).
+With ``trl_order="matched"`` (default) it consumes exactly our first-epoch batches: unpacked, our sampler's order of
+the same prompt/completion strings, tokenized by TRL itself (its own completion mask), read sequentially; packed,
+our packed blocks as a pre-tokenized dataset. Equal first batches make the first-step losses comparable and isolate
+the training step. With ``trl_order="native"`` TRL uses its own default pipeline (random order and pad-to-longest,
+or its own BFD packing when ``packing``): batches then differ, so the loss comparison is reported but not expected
+to match.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from typing import Any
+
+from omnimed.bench.train_config import TrainBenchConfig, warmup_steps
+from omnimed.bench.train_data import check_epoch, datamodule, first_epoch_batches, side_setup
+from omnimed.bench.train_measure import PeakRSS, StepLog
+
+
+def run_trl(cfg: TrainBenchConfig) -> dict[str, Any]:
+    """TRL's side: ``trl.SFTTrainer`` + ``SFTConfig`` on the same model and data (see the module docstring);
+    returns this run's step log summary, peak RSS, first-batch check and set-up details as a JSON-ready dict."""
+    import datasets
+    import torch
+    from torch.utils.data import SequentialSampler
+    from transformers import PrinterCallback, ProgressCallback, TrainerCallback
+    from trl import SFTConfig, SFTTrainer
+
+    from omnimed.models.loading import load_causal_lm
+
+    matched = cfg.trl_order == "matched"
+    with PeakRSS() as rss:
+        t0 = time.perf_counter()
+        mcfg, tokenizer, rows = side_setup(cfg)
+        ours_dm = datamodule(rows, tokenizer, cfg, packing=cfg.packing)
+        ours_loader = ours_dm.train_dataloader()
+        check_epoch(len(ours_loader), cfg)
+        ours_first = next(iter(ours_loader))
+        order = [i for batch in first_epoch_batches(ours_loader)[: cfg.total_steps] for i in batch]
+        if matched and cfg.packing:  # our packed blocks, pre-tokenized, in our order
+            train_ds = ours_dm.train_dataset.select(order).select_columns(["input_ids", "labels"])
+        elif matched:  # the same prompt/completion strings in our sampler's order; TRL tokenizes them
+            if len(ours_dm.train_dataset) != len(rows):
+                raise RuntimeError("our data module dropped examples: row indices no longer match")
+            train_ds = datasets.Dataset.from_list([rows[i] for i in order])
+        else:
+            train_ds = datasets.Dataset.from_list(rows)
+        log = StepLog()
+        first_batch: dict[str, torch.Tensor] = {}
+
+        class RecordingCollator:
+            """TRL's own collator, counting each batch's tokens in the order the loader asks for them."""
+
+            def __init__(self, inner: Any) -> None:
+                self.inner = inner
+
+            def __call__(self, features: list[dict[str, Any]]) -> dict[str, Any]:
+                batch = self.inner(features)
+                log.record_batch(batch)
+                if not first_batch:
+                    first_batch.update({k: batch[k].clone() for k in ("input_ids", "labels")})
+                return batch
+
+        class StepTimer(TrainerCallback):
+            def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+                log.begin()
+
+            def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+                log.step_end()
+                if log.threads_in_loop is None:
+                    log.threads_in_loop = torch.get_num_threads()
+
+        class BenchSFTTrainer(SFTTrainer):
+            """``SFTTrainer`` reading the data in order (matched mode) and recording the loss of every step."""
+
+            def _get_train_sampler(self, train_dataset: Any = None) -> Any:
+                if matched:
+                    return SequentialSampler(train_dataset if train_dataset is not None else self.train_dataset)
+                return super()._get_train_sampler(train_dataset)
+
+            def training_step(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+                loss = super().training_step(*args, **kwargs)
+                log.losses.append(float(loss.detach()))
+                return loss
+
+        torch.manual_seed(cfg.seed)
+        model = load_causal_lm(mcfg, tokenizer, for_training=True)
+        rss_model_mb = rss.current_mb()
+        with tempfile.TemporaryDirectory(prefix="omnimed-bench-trl-") as tmp:
+            pretokenized = "input_ids" in train_ds.column_names
+            args = SFTConfig(
+                output_dir=tmp,
+                per_device_train_batch_size=cfg.batch_size,
+                gradient_accumulation_steps=1,
+                max_steps=cfg.total_steps,
+                learning_rate=cfg.lr,
+                weight_decay=0.0,
+                optim="adamw_torch",
+                lr_scheduler_type="cosine",
+                warmup_steps=warmup_steps(cfg),
+                max_grad_norm=1.0,
+                max_length=cfg.max_length,
+                packing=cfg.packing and not matched,
+                padding_free=False,
+                completion_only_loss=None if pretokenized else True,
+                shuffle_dataset=False,
+                bf16=False,
+                fp16=False,
+                use_cpu=True,
+                gradient_checkpointing=False,
+                report_to=[],
+                dataloader_num_workers=0,
+                logging_steps=1,
+                save_strategy="no",
+                eval_strategy="no",
+                disable_tqdm=True,
+                seed=cfg.seed,
+                data_seed=cfg.seed,
+            )
+            trainer = BenchSFTTrainer(model=model, args=args, train_dataset=train_ds, processing_class=tokenizer,
+                                      callbacks=[StepTimer()])
+            trainer.remove_callback(PrinterCallback)
+            trainer.remove_callback(ProgressCallback)
+            trainer.data_collator = RecordingCollator(trainer.data_collator)
+            setup_s = time.perf_counter() - t0
+            trainer.train()
+    result = log.summary(cfg.warmup, cfg.steps)
+    result.update(rss.result())
+    same_first = (
+        bool(first_batch)
+        and first_batch["input_ids"].shape == ours_first["input_ids"].shape
+        and bool((first_batch["input_ids"] == ours_first["input_ids"]).all())
+        and bool((first_batch["labels"] == ours_first["labels"]).all())
+    )
+    result.update(
+        side="trl",
+        loop="trl.SFTTrainer.train()",
+        order=cfg.trl_order,
+        trl_packing=args.packing,
+        trl_padding_free=bool(getattr(trainer, "padding_free", False)),
+        first_batch_identical_to_ours=same_first,
+        first_batch_supervised_tokens=int((first_batch["labels"][:, 1:] != -100).sum()) if first_batch else None,
+        ours_first_batch_supervised_tokens=int((ours_first["labels"][:, 1:] != -100).sum()),
+        setup_s=round(setup_s, 2),
+        rss_after_model_load_mb=round(rss_model_mb, 1),
+        threads=log.threads_in_loop,
+        trainable_params=sum(p.numel() for p in model.parameters() if p.requires_grad),
+        optimizer=type(trainer.optimizer).__name__,
+    )
+    return result

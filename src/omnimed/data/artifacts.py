@@ -1,0 +1,231 @@
+"""What every stage, index and export shares: the one atomic-write helper, the settings key that names an output
+folder, the package versions a manifest records, and the stage folder with resumable progress.
+
+Atomic writes: a file or folder is written under a hidden sibling name (``.<name>.<random>.tmp``) and renamed into
+place, so a reader sees the old complete output or the new one, never half of one. A folder that already exists is
+moved aside first and put back if the swap fails.
+
+Stage folders: a stage (teacher labelling, critic annotation, pair construction, ...) processes items one batch at
+a time and appends each finished batch to ``progress.jsonl`` (flushed and synced), so an interrupted run continues
+where it stopped and loses at most the batch in flight. When every item is done, the stage writes its record set
+(``records.jsonl``, ``hf/``) and then ``manifest.json``: a folder with a manifest is complete, and running the stage
+again with the same settings does nothing. The settings' key is stored in the manifest and in ``stage.json`` at the
+start; a folder built with other settings is refused rather than mixed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.metadata
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# ----------------------------------------------------------------------------------------------- atomic writes
+TMP_SUFFIX = ".tmp"
+
+
+@contextmanager
+def atomic_path(path: str | Path, *, is_dir: bool = False) -> Iterator[Path]:
+    """Yield a temporary sibling of ``path`` (an empty folder with ``is_dir``) to write into; on success it
+    replaces ``path`` in one rename (an existing folder is moved aside, then deleted), on error it is removed and
+    ``path`` is left as it was."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if is_dir:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent))
+    else:
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent)
+        os.close(fd)
+        tmp = Path(name)
+    try:
+        yield tmp
+        if is_dir and path.exists():
+            old = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:8]}")
+            os.replace(path, old)
+            try:
+                os.replace(tmp, path)
+            except BaseException:
+                os.replace(old, path)
+                raise
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    except BaseException:
+        if tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically, synced to disk before the rename."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
+
+
+# ----------------------------------------------------------------------------------------------- where outputs go
+@dataclass
+class PathsConfig:
+    """Where a run's outputs land: checkpoints and builds under ``root``, the model / call / tokenization cache
+    under ``cache``, the run's own files (metrics, logs) in ``output_dir`` (Hydra's run folder)."""
+
+    root: str = "."
+    checkpoints: str = "checkpoints"
+    cache: str = "${oc.env:OMNIMED_CACHE,${oc.env:HOME}/.cache/omnimed}"
+    output_dir: str = "${hydra:runtime.output_dir}"
+
+
+# ----------------------------------------------------------------------------------------------- keys, lineage
+def settings_key(settings: Any, length: int = 12) -> str:
+    """Hex digits identifying a stage's or index's settings (and its inputs' fingerprints, when they are part of
+    them): the same settings always give the same key, so the output folder can be named by it."""
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:length]
+
+
+PACKAGES = (
+    "omnimed", "torch", "lightning", "transformers", "peft", "trl", "datasets", "accelerate", "deepspeed",
+    "hydra-core", "wandb", "sentence-transformers", "tokenizers", "safetensors",
+)  # fmt: skip
+
+
+def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str]:
+    """Installed version of each package (``not installed`` for a missing one), for manifests and run lineage."""
+    out = {}
+    for name in names:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- stage folders
+@dataclass
+class StageResult:
+    """Where a stage's output is, its counts, and whether it was already there (nothing was done)."""
+
+    path: Path
+    counts: dict[str, Any]
+    reused: bool
+
+
+def batches(items: Sequence[Any], size: int, progress: bool = True, label: str = "") -> Iterator[Sequence[Any]]:
+    """``items`` in batches of ``size``, advancing a rich progress bar that counts items."""
+    from rich.progress import Progress
+
+    size = max(1, size)
+    with Progress(disable=not progress) as bar:
+        task = bar.add_task(label, total=len(items))
+        for start in range(0, len(items), size):
+            chunk = items[start:start + size]
+            yield chunk
+            bar.advance(task, len(chunk))
+
+
+class StageError(ValueError):
+    """A stage folder that cannot be used as asked; the message names the folder and what to do."""
+
+
+#: stage-config fields that change where or how fast a stage runs, not what it makes
+NOT_SETTINGS = ("out", "batch_size")
+
+
+def open_stage(name: str, cfg: Any, *, root: str | Path = ".", **inputs: Any) -> StageDir:
+    """The folder of stage ``name`` for the dataclass config ``cfg`` (its ``out`` fixes the folder); the settings
+    key covers every field but :data:`NOT_SETTINGS`, plus ``inputs`` (models, corpora, versions it reads)."""
+    settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in NOT_SETTINGS}
+    return StageDir(name, {**settings, **inputs}, root=root, out=getattr(cfg, "out", None))
+
+
+class StageDir:
+    """The output folder of one stage run. ``settings`` (JSON-able) decide the key; ``out`` fixes the folder,
+    otherwise it is ``<root>/builds/<stage>/<key>``."""
+
+    def __init__(self, stage: str, settings: Mapping[str, Any], *, root: str | Path = ".",
+                 out: str | Path | None = None) -> None:
+        self.stage = stage
+        self.settings = dict(settings)
+        self.key = settings_key({"stage": stage, **self.settings})
+        self.path = Path(out) if out else Path(root) / "builds" / stage / self.key
+        self.manifest_path = self.path / "manifest.json"
+        self.progress_path = self.path / "progress.jsonl"
+
+    # ------------------------------------------------------------------------------------------------ state
+    def finished(self) -> bool:
+        """Whether this folder already holds this stage's complete output for these settings."""
+        from omnimed.data.io import read_json
+
+        if not self.manifest_path.is_file():
+            return False
+        self._check_key(read_json(self.manifest_path).get("stage", {}), self.manifest_path)
+        return True
+
+    def _check_key(self, meta: Mapping[str, Any], where: Path) -> None:
+        if meta.get("key") not in (None, self.key) or meta.get("name") not in (None, self.stage):
+            raise StageError(
+                f"{where}: this folder was built by stage {meta.get('name')!r} with other settings (key "
+                f"{meta.get('key')}, now {self.key}); choose another output folder or delete it to rebuild"
+            )
+
+    def start(self) -> dict[str, dict[str, Any]]:
+        """Open the folder for work; returns the items finished by an earlier, interrupted run (id -> result)."""
+        from omnimed.data.io import read_json
+
+        self.path.mkdir(parents=True, exist_ok=True)
+        info = self.path / "stage.json"
+        if info.is_file():
+            self._check_key(read_json(info), info)
+        else:
+            atomic_write_json(info, {"name": self.stage, "key": self.key, "settings": self.settings})
+        done: dict[str, dict[str, Any]] = {}
+        if self.progress_path.is_file():
+            with self.progress_path.open(encoding="utf-8") as fh:
+                for line in fh:
+                    try:
+                        item = json.loads(line)
+                    except json.JSONDecodeError:  # the last line of a run killed mid-write
+                        break
+                    done[item["id"]] = item
+        return done
+
+    def append(self, results: Iterable[Mapping[str, Any]]) -> None:
+        """Record finished items (each a dict with an ``id``); durable before this returns."""
+        lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in results)
+        if not lines:
+            return
+        with self.progress_path.open("a", encoding="utf-8") as fh:
+            fh.write(lines)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def finish(self, records: list, **extra: Any) -> dict[str, Any]:
+        """Write the record set, then the manifest (counts, fingerprint, the stage's settings and ``extra``)."""
+        from omnimed.data.io import save_record_set
+
+        stage_meta = {"name": self.stage, "key": self.key, "settings": self.settings}
+        return save_record_set(self.path, records, extra={"stage": stage_meta, **extra})
+
+    def manifest(self) -> dict[str, Any]:
+        from omnimed.data.io import read_json
+
+        return read_json(self.manifest_path)

@@ -1,0 +1,54 @@
+"""The tail every evaluator shares: write the predictions and metrics into the run folder, then log them with the
+run's lineage to the configured logger (W&B, CSV, TensorBoard) in the run's group, and close the logger so the next
+job of an in-process sweep gets its own run."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from omnimed.data.artifacts import atomic_path, atomic_write_json
+
+#: a W&B Table: name -> (columns, rows)
+Tables = Mapping[str, tuple[Sequence[str], Sequence[Sequence[Any]]]]
+
+
+def write_predictions(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+    """One JSON line per prediction, written atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+
+
+def finish_run(cfg: Any, output_dir: Path, *, rows: Sequence[Mapping[str, Any]], metrics: Mapping[str, float],
+               run_name: str, job_type: str, lineage: Mapping[str, Any], tables: Tables | None = None,
+               files: Mapping[str, Any] | None = None) -> str | None:
+    """Write ``predictions.jsonl``, ``metrics.json`` (and ``files``: name -> JSON-able) into ``output_dir``; log
+    the metrics, ``lineage`` and, on W&B, ``tables`` under ``cfg.run_name`` (else ``run_name``) in the run's group.
+    Returns the logger's folder (None without a logger)."""
+    from omegaconf import OmegaConf
+
+    from omnimed.evaluation.identity import group_and_tags
+    from omnimed.tracking import build_logger, close_logger, log_lineage
+
+    write_predictions(output_dir / "predictions.jsonl", rows)
+    atomic_write_json(output_dir / "metrics.json", dict(metrics))
+    for name, obj in (files or {}).items():
+        atomic_write_json(output_dir / name, obj)
+
+    group, tags = group_and_tags(cfg)
+    logger = build_logger(cfg.logger.name, save_dir=output_dir, project=cfg.logger.project,
+                          run_name=cfg.run_name or run_name, group=group, job_type=cfg.logger.job_type or job_type,
+                          tags=tags, entity=cfg.logger.entity)
+    if logger is None:
+        return None
+    config = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
+    log_lineage(logger, config, {"group": group, **lineage})
+    logger.log_metrics(dict(metrics))
+    from lightning.pytorch.loggers import WandbLogger
+
+    if isinstance(logger, WandbLogger):
+        for key, (columns, data) in (tables or {}).items():
+            logger.log_table(key, columns=list(columns), data=[list(r) for r in data])
+    return close_logger(logger)

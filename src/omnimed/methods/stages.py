@@ -1,0 +1,86 @@
+"""``omnimed-build``: its root config, the context a stage runs in, and the registration of every registered
+method's stage configs with Hydra. A stage itself lives in its method's package and is found in the registry."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from omegaconf import MISSING
+
+from omnimed.data.artifacts import PathsConfig, StageResult
+from omnimed.knowledge.config import KnowledgeConfig
+from omnimed.models.config import ModelConfig
+
+
+@dataclass
+class BuildConfig:
+    """``omnimed-build``: ``stage`` (validated by its own schema) run with ``backend`` (the teacher or critic),
+    ``model`` (what ``backend=hf`` serves when ``backend.model`` is unset) and ``knowledge`` (the evidence)."""
+
+    stage: Any = MISSING
+    backend: Any = None
+    model: ModelConfig = field(default_factory=ModelConfig)
+    knowledge: KnowledgeConfig = field(default_factory=KnowledgeConfig)
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    progress: bool = True
+
+
+class StageContext:
+    """What a stage may use, each built on first use: the run's backend (teacher, critic), the knowledge base."""
+
+    def __init__(self, cfg: BuildConfig, log: Callable[..., None] = print) -> None:
+        self.cfg = cfg
+        self.knowledge = cfg.knowledge
+        self.root = Path(cfg.paths.root)
+        self.progress = cfg.progress
+        self.log = log
+
+    @cached_property
+    def backend(self) -> Any:
+        from omnimed.methods.backends import run_backend
+
+        return run_backend(self.cfg.backend, model=self.cfg.model, knowledge=self.knowledge,
+                           cache_root=self.cfg.paths.cache)
+
+    @cached_property
+    def knowledge_base(self) -> Any:
+        from omnimed.knowledge.build import build_knowledge_base
+
+        return build_knowledge_base(self.knowledge, self.root, progress=self.progress)
+
+
+def run_stage(cfg: BuildConfig, log: Callable[..., None] = print) -> StageResult:
+    """Run the registered stage ``cfg.stage.name`` names."""
+    from omnimed.methods.registry import get_stage
+
+    try:
+        stage = get_stage(cfg.stage.name)
+    except KeyError as exc:
+        raise SystemExit(exc.args[0]) from None
+    return stage.run(cfg.stage, StageContext(cfg, log))
+
+
+def register_build_configs() -> None:
+    """Schemas of ``omnimed-build``: the root, ``<stage>_schema`` for every registered stage and, when
+    ``conf/stage/<stage>.yaml`` does not exist, the option ``stage=<stage>`` itself (its dataclass defaults)."""
+    from hydra.core.config_store import ConfigStore
+
+    from omnimed.conf import conf_dir
+    from omnimed.generation.factory import BackendConfig
+    from omnimed.methods.registry import get_stage, stage_names
+
+    cs = ConfigStore.instance()
+    cs.store(name="build_schema", node=BuildConfig)
+    for name in stage_names():
+        node = get_stage(name).config
+        cs.store(group="stage", name=f"{name}_schema", node=node)
+        if not (Path(conf_dir()) / "stage" / f"{name}.yaml").is_file():
+            cs.store(group="stage", name=name, node=node)
+    cs.store(group="knowledge", name="knowledge_schema", node=KnowledgeConfig)
+    cs.store(group="model", name="model_schema", node=ModelConfig)
+    cs.store(group="backend", name="backend_schema", node=BackendConfig)
+    cs.store(group="paths", name="paths_schema", node=PathsConfig)

@@ -1,0 +1,239 @@
+"""Paper-table manifests (``experiments/<paper>/<table>.yaml``, format in ``experiments/SCHEMA.md``), validated.
+
+A manifest declares a table's rows (each a list of overrides and the published numbers), its dataset columns, its
+metric and the scale presets. Validation happens before anything runs and names the file and the field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
+
+#: a row that scores the knowledge base's retrievers themselves (task=retrieval), not a method's answers
+RETRIEVAL = "retrieval"
+#: a row we do not run (a closed model's published number, say)
+EXTERNAL = "external"
+#: the console scripts a prepare step may run
+PREPARE_COMMANDS: frozenset[str] = frozenset({"omnimed-build", "omnimed-train", "omnimed-index", "omnimed-data"})
+
+
+def runnable_methods() -> frozenset[str]:
+    """Row methods whose runs exist: every registered method, and the retrieval rows."""
+    from omnimed.methods.registry import method_names
+
+    return frozenset({*method_names(), RETRIEVAL})
+
+
+def eval_tasks() -> dict:
+    from omnimed.evaluation.tasks import EVAL_TASKS
+
+    return EVAL_TASKS
+
+
+def produces(task: str, metric: str) -> bool:
+    """Whether a run of evaluation task ``task`` writes ``metric``."""
+    known = eval_tasks().get(task)
+    return known is not None and known.produces(metric)
+
+
+class ManifestError(ValueError):
+    """A manifest that cannot be used; the message names the file, and the row or field."""
+
+
+class Row(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    method: str
+    overrides: list[str] = Field(default_factory=list)
+    # preset -> overrides of this row at that preset only (e.g. which trained checkpoint stands in at miniature)
+    preset_overrides: dict[str, list[str]] = Field(default_factory=dict)
+    published: dict[str, Optional[float]] = Field(default_factory=dict)
+    note: str = ""
+    # set by the table: why a row whose method is built still cannot run (a metric its task does not produce)
+    _blocked: str = PrivateAttr(default="")
+
+    @property
+    def status(self) -> str:
+        """runnable | missing (method not built yet, or a metric its task does not produce) | external (a row
+        we do not run)."""
+        if self.method == EXTERNAL:
+            return "external"
+        return "runnable" if self.method in runnable_methods() and not self._blocked else "missing"
+
+    @property
+    def reason(self) -> str:
+        """Why the row does not run ("" when it does)."""
+        if self.method == EXTERNAL:
+            return "external: not run here"
+        if self.method not in runnable_methods():
+            return f"method {self.method} not built yet"
+        return self._blocked
+
+
+class PrepareStep(BaseModel):
+    """One command a table needs before its rows run (build data, train a model). ``creates``: the path (relative
+    to ``paths.root``) that exists once the step is done; a step whose path exists is skipped."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    command: list[str] = Field(min_length=1)
+    creates: str
+
+    @model_validator(mode="after")
+    def _known_command(self) -> PrepareStep:
+        if self.command[0] not in PREPARE_COMMANDS:
+            raise ValueError(f"prepare step {self.name!r}: command {self.command[0]!r} is not one of "
+                             f"{sorted(PREPARE_COMMANDS)}")
+        return self
+
+
+class TableManifest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    paper: str
+    table: str
+    title: str
+    source: str
+    metric: str
+    metrics: dict[str, str] = Field(default_factory=dict)  # column -> metric, where a column differs from `metric`
+    task: Optional[str] = None  # the omnimed-evaluate task of every row (default: retrieval rows retrieval, others qa)
+    prepare: dict[str, list[PrepareStep]] = Field(default_factory=dict)  # preset -> steps run before the rows
+    scale: float = 100.0
+    scales: dict[str, float] = Field(default_factory=dict)  # column -> scale, where a column differs (counts: 1)
+    columns: list[str]
+    datasets: dict[str, dict[str, str]]
+    presets: dict[str, list[str]]
+    rows: list[Row]
+    note: str = ""
+
+    @model_validator(mode="after")
+    def _consistent(self, info: ValidationInfo) -> TableManifest:
+        # a method not built yet is known when a paper folder of that name exists (one spelling per paper)
+        known = runnable_methods() | {EXTERNAL, *((info.context or {}).get("papers", ()))}
+        for row in self.rows:
+            if row.method not in known:
+                raise ValueError(f"row {row.name!r}: unknown method {row.method!r}; known: {sorted(known)}")
+            extra = set(row.published) - set(self.columns)
+            if extra:
+                raise ValueError(f"row {row.name!r}: published numbers for unknown columns {sorted(extra)}; "
+                                 f"columns are {self.columns}")
+        if self.task is not None and self.task not in eval_tasks():
+            raise ValueError(f"task={self.task!r}; expected one of {sorted(eval_tasks())}")
+        for row in self.rows:
+            odd = set(row.preset_overrides) - set(self.presets)
+            if odd:
+                raise ValueError(f"row {row.name!r}: preset_overrides for unknown presets {sorted(odd)}")
+        stray = set(self.prepare) - set(self.presets)
+        if stray:
+            raise ValueError(f"prepare: presets {sorted(stray)} are not among presets {sorted(self.presets)}")
+        odd_scales = set(self.scales) - set(self.columns)
+        if odd_scales:
+            raise ValueError(f"scales: unknown columns {sorted(odd_scales)}; columns are {self.columns}")
+        unknown = set(self.metrics) - set(self.columns)
+        if unknown:
+            raise ValueError(f"metrics: unknown columns {sorted(unknown)}; columns are {self.columns}")
+        for preset, mapping in self.datasets.items():
+            missing = [c for c in self.columns if c not in mapping]
+            if missing:
+                raise ValueError(f"datasets.{preset}: no dataset for columns {missing}")
+        measured = [c for c in self.columns if any(m[c] != "average" for m in self.datasets.values())]
+        for row in self.rows:
+            task = self.task_of(row)
+            lacking = list(dict.fromkeys(m for m in map(self.metric_for, measured) if not produces(task, m)))
+            writes = eval_tasks()[task].metrics if task in eval_tasks() else ()
+            row._blocked = (f"metric{'s' if len(lacking) > 1 else ''} {', '.join(lacking)} not produced yet "
+                            f"(task={task} writes {', '.join(sorted(writes))})"
+                            if lacking else "")
+        return self
+
+    def metric_for(self, column: str) -> str:
+        return self.metrics.get(column, self.metric)
+
+    def scale_for(self, column: str) -> float:
+        return self.scales.get(column, self.scale)
+
+    def task_of(self, row: Row) -> str:
+        """The ``omnimed-evaluate`` task a row runs: the table's ``task`` if it names one, else by the row's
+        method (retrieval rows ``retrieval``, the others ``qa``)."""
+        if self.task:
+            return self.task
+        return "retrieval" if row.method == RETRIEVAL else "qa"
+
+    @property
+    def group(self) -> str:
+        """The W&B group of every run of this table."""
+        return f"{self.paper}-{self.table}"
+
+    def counts(self) -> dict[str, int]:
+        out = {"runnable": 0, "missing": 0, "external": 0}
+        for row in self.rows:
+            out[row.status] += 1
+        return out
+
+    def missing_reasons(self) -> dict[str, int]:
+        """Why rows are missing -> how many rows."""
+        out: dict[str, int] = {}
+        for row in self.rows:
+            if row.status == "missing":
+                out[row.reason] = out.get(row.reason, 0) + 1
+        return out
+
+
+def load_manifest(path: str | Path) -> TableManifest:
+    path = Path(path)
+    if not path.is_file():
+        raise ManifestError(f"{path}: no such manifest")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ManifestError(f"{path}: not valid YAML: {exc}") from exc
+    folder = path.parent.name
+    if isinstance(raw, dict) and raw.get("paper") != folder:
+        raise ManifestError(f"{path}: paper: {raw.get('paper')!r}, but the manifest is in the folder {folder!r}; a "
+                            "paper has one spelling, its folder's name")
+    try:
+        _expand_recipes(raw, path)
+        papers = {p.name for p in path.parent.parent.iterdir() if p.is_dir()}
+        return TableManifest.model_validate(raw, context={"papers": papers})
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'manifest'}: {e['msg']}" for e in exc.errors())
+        raise ManifestError(f"{path}: {problems}") from exc
+
+
+def _expand_recipes(raw: dict, path: Path) -> None:
+    """A ``prepare`` entry that is a string names a YAML file (relative to the manifest) holding a list of steps,
+    so tables that share a training recipe name it once."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("prepare"), dict):
+        return
+    for preset, items in raw["prepare"].items():
+        steps = []
+        for item in items or []:
+            if isinstance(item, str):
+                recipe = path.parent / item
+                if not recipe.is_file():
+                    raise ManifestError(f"{path}: prepare.{preset}: recipe {item!r} not found ({recipe})")
+                loaded = yaml.safe_load(recipe.read_text())
+                if not isinstance(loaded, list):
+                    raise ManifestError(f"{recipe}: a recipe is a list of prepare steps")
+                steps.extend(loaded)
+            else:
+                steps.append(item)
+        raw["prepare"][preset] = steps
+
+
+def find_manifests(root: str | Path = "experiments") -> list[Path]:
+    """Every ``<paper>/<table>.yaml`` under ``root`` (results folders excluded)."""
+    return sorted(p for p in Path(root).glob("*/*.yaml") if p.parent.name != "results")

@@ -1,0 +1,129 @@
+"""A paper table with our numbers beside the published ones: Markdown, CSV and a PNG plot.
+
+Cells we did not measure stay empty and say why (``missing``: the method is not built yet; ``external``: a row we
+do not run; ``failed``: the run broke). Nothing is filled with a number nobody measured.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from omnimed.data.artifacts import atomic_path, atomic_write_text
+from omnimed.tables.manifest import TableManifest
+
+
+@dataclass
+class Cell:
+    """Our value for one (row, column), on the paper's scale, with its 95% interval when the metric has one."""
+
+    ours: Optional[float] = None
+    low: Optional[float] = None
+    high: Optional[float] = None
+    n: Optional[int] = None
+    status: str = "missing"  # measured | missing | external | failed | not run
+    run_dir: str = ""
+
+
+def _fmt(x: Optional[float], digits: int = 1) -> str:
+    return "" if x is None else f"{x:.{digits}f}"
+
+
+def table_rows(manifest: TableManifest, cells: dict[str, dict[str, Cell]]) -> list[dict[str, object]]:
+    """One flat record per (row, column): the CSV's lines."""
+    out = []
+    for row in manifest.rows:
+        for col in manifest.columns:
+            cell = cells.get(row.name, {}).get(col) or Cell(status=row.status if row.status != "runnable" else "not run")
+            paper = row.published.get(col)
+            delta = None if cell.ours is None or paper is None else cell.ours - paper
+            out.append({
+                "row": row.name, "method": row.method, "column": col, "ours": cell.ours, "paper": paper,
+                "delta": delta, "ci_low": cell.low, "ci_high": cell.high, "n": cell.n, "status": cell.status,
+                "run_dir": cell.run_dir,
+            })
+    return out
+
+
+def markdown(manifest: TableManifest, cells: dict[str, dict[str, Cell]], preset: str) -> str:
+    """Ours / paper / delta per column, intervals in brackets; rows we could not run say why."""
+    lines = [
+        f"# {manifest.paper} {manifest.table}: {manifest.title}",
+        "",
+        f"Metric: {manifest.metric} (x{manifest.scale:g}); preset `{preset}`; published numbers from "
+        f"{manifest.source}. Cells: ours [95% CI] / paper (delta).",
+        "",
+        "| row | method | " + " | ".join(manifest.columns) + " |",
+        "|---|---|" + "---|" * len(manifest.columns),
+    ]
+    for row in manifest.rows:
+        parts = []
+        for col in manifest.columns:
+            cell = cells.get(row.name, {}).get(col)
+            paper = row.published.get(col)
+            paper_s = _fmt(paper) or "-"
+            if cell is None or cell.ours is None:
+                status = cell.status if cell else (row.status if row.status != "runnable" else "not run")
+                parts.append(f"{status} / {paper_s}")
+                continue
+            ci = f" [{_fmt(cell.low)}, {_fmt(cell.high)}]" if cell.low is not None else ""
+            delta = f" ({cell.ours - paper:+.1f})" if paper is not None else ""
+            parts.append(f"{_fmt(cell.ours)}{ci} / {paper_s}{delta}")
+        lines.append(f"| {row.name} | {row.method} | " + " | ".join(parts) + " |")
+    if manifest.note:
+        lines += ["", f"Note: {manifest.note}"]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(
+    manifest: TableManifest, cells: dict[str, dict[str, Cell]], out_dir: str | Path, preset: str
+) -> dict[str, Path]:
+    """``<out_dir>/<table>.{md,csv,png}``, each written atomically; returns their paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {ext: out / f"{manifest.table}.{ext}" for ext in ("md", "csv", "png")}
+    atomic_write_text(paths["md"], markdown(manifest, cells, preset))
+    records = table_rows(manifest, cells)
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(records[0]) if records else ["row"])
+    writer.writeheader()
+    writer.writerows(records)
+    atomic_write_text(paths["csv"], buf.getvalue())
+    _plot(manifest, records, paths["png"])
+    return paths
+
+
+def _plot(manifest: TableManifest, records: list[dict[str, object]], path: Path) -> None:
+    """One panel per column: the paper's bar and ours (with its interval) for every row."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    cols = manifest.columns
+    names = [r.name for r in manifest.rows]
+    fig, axes = plt.subplots(1, len(cols), figsize=(max(4.0, 3.2 * len(cols)), 0.45 * len(names) + 1.8),
+                             sharey=True, squeeze=False)
+    y = np.arange(len(names))
+    for ax, col in zip(axes[0], cols):
+        mine = {r["row"]: r for r in records if r["column"] == col}
+        paper = [mine[n]["paper"] if mine[n]["paper"] is not None else np.nan for n in names]
+        ours = [mine[n]["ours"] if mine[n]["ours"] is not None else np.nan for n in names]
+        ax.barh(y + 0.2, paper, height=0.4, color="#bbbbbb", label="paper")
+        err = [[(o - mine[n]["ci_low"]) if mine[n]["ci_low"] is not None else 0 for n, o in zip(names, ours)],
+               [(mine[n]["ci_high"] - o) if mine[n]["ci_high"] is not None else 0 for n, o in zip(names, ours)]]
+        ax.barh(y - 0.2, ours, height=0.4, color="#3b6ea5", xerr=np.nan_to_num(err), label="ours")
+        ax.set_title(col, fontsize=9)
+        ax.set_xlabel(f"{manifest.metric} (x{manifest.scale:g})", fontsize=8)
+    axes[0][0].set_yticks(y, names, fontsize=7)
+    axes[0][0].invert_yaxis()
+    axes[0][-1].legend(fontsize=7, loc="lower right")
+    fig.suptitle(f"{manifest.paper} {manifest.table}", fontsize=10)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)

@@ -1,0 +1,321 @@
+"""Run every row of a paper table: expand rows into ``omnimed-evaluate`` multiruns, collect, report.
+
+Each runnable row becomes one Hydra multirun over the table's distinct datasets at the chosen preset (so
+``hydra/launcher=submitit_slurm`` spreads a table over a cluster and ``joblib`` over local cores). Every run lands in
+the table's W&B group. Before anything runs, every dataset key is checked (an unknown one stops the table, naming
+the row and column; a paper benchmark that no loader reads yet leaves its cells missing, with the reason) and every
+run's overrides are composed with the chosen launcher, so a bad row or launcher setting fails first, by name.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omnimed.evaluation.datasets import dataset_status, known_datasets
+from omnimed.tables.manifest import (
+    ManifestError,
+    PrepareStep,
+    Row,
+    TableManifest,
+    eval_tasks,
+    runnable_methods,
+)
+from omnimed.tables.report import Cell, write_report
+
+MINIATURE = "miniature"
+AVERAGE = "average"  # a column computed as the mean of the row's other columns, not run
+DEFAULT_LAUNCHER = "basic"
+LAUNCHER_GROUP = "hydra/launcher="
+
+
+@dataclass
+class RowPlan:
+    row: Row
+    slug: str
+    overrides: list[str]
+    datasets: dict[str, list[str]] = field(default_factory=dict)  # dataset key -> the columns it fills
+    pending: dict[str, str] = field(default_factory=dict)  # column -> why it is not run (no loader for its data)
+    # the row's own overrides composed last: at miniature scale the preset hides them, but a row naming an
+    # option that does not exist is wrong at every scale and must fail validation
+    row_last: list[str] = field(default_factory=list)
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:60] or "row"
+
+
+def row_cell_status(row: Row) -> str:
+    """What a row that does not run shows in its cells: ``external``, ``missing`` (method not built) or
+    ``missing: <why>`` (its method is built but, e.g., its table's metric is not produced yet)."""
+    if row.status != "missing" or row.method not in runnable_methods():
+        return row.status
+    return f"missing: {row.reason}"
+
+
+def split_launcher(launcher: str, extra: list[str] | None) -> tuple[str, list[str]]:
+    """The launcher to use and the extra overrides without it: ``hydra/launcher=X`` among the extra overrides is
+    the same choice as ``--launcher X`` (given once, it is passed once); two different choices are an error."""
+    rest, named = [], []
+    for item in extra or []:
+        (named if item.startswith(LAUNCHER_GROUP) else rest).append(item)
+    choices = {item[len(LAUNCHER_GROUP):] for item in named}
+    if launcher != DEFAULT_LAUNCHER:
+        choices.add(launcher)
+    if len(choices) > 1:
+        raise ManifestError(f"two launchers given ({', '.join(sorted(choices))}): use --launcher once")
+    return (choices.pop() if choices else launcher), rest
+
+
+def plan_rows(manifest: TableManifest, preset: str, extra: list[str] | None = None) -> list[RowPlan]:
+    """The runs of every runnable row: preset + row overrides, and which dataset fills which column."""
+    if preset not in manifest.presets:
+        raise ManifestError(f"{manifest.group}: no preset {preset!r}; presets: {sorted(manifest.presets)}")
+    if preset not in manifest.datasets:
+        raise ManifestError(f"{manifest.group}: no datasets for preset {preset!r}")
+    plans, seen = [], set()
+    for row in manifest.rows:
+        if row.status != "runnable":
+            continue
+        name = slug(row.name)
+        while name in seen:
+            name += "-x"
+        seen.add(name)
+        # at miniature scale the preset wins (it stands a CPU model and corpus in for every production one);
+        # at any other scale the row's own choices (its reader, its planner) win over the preset's defaults
+        own = [*row.overrides, *row.preset_overrides.get(preset, [])]
+        ordered = ([*own, *manifest.presets[preset]] if preset == MINIATURE
+                   else [*manifest.presets[preset], *own])
+        task = manifest.task_of(row)
+        overrides = [f"task={task}", *ordered, *(extra or [])]
+        plan = RowPlan(row, name, overrides,
+                       row_last=[f"task={task}", *manifest.presets[preset], *(extra or []), *own])
+        for col in manifest.columns:
+            key = manifest.datasets[preset][col]
+            if key == AVERAGE:
+                continue
+            status, why = dataset_status(task, key)
+            if status == "pending":
+                plan.pending[col] = f"missing: dataset {key}: {why}"
+            else:  # known, or unknown: validate() stops the table on it, naming the row and column
+                plan.datasets.setdefault(key, []).append(col)
+        plans.append(plan)
+    return plans
+
+
+def dataset_key(task: str) -> str:
+    """The override that picks a column's dataset in ``task``."""
+    return eval_tasks()[task].dataset_key
+
+
+def dataset_override(task: str, key: str) -> str:
+    return f"{dataset_key(task)}={key}"
+
+
+def check_datasets(plans: list[RowPlan], manifest: TableManifest) -> None:
+    """Every dataset key a runnable row would run must be known to its task: an unknown one (a typo, a benchmark
+    nobody registered) stops the table here, naming the row, the column and the keys that exist."""
+    for plan in plans:
+        task = manifest.task_of(plan.row)
+        for key, columns in plan.datasets.items():
+            if dataset_status(task, key)[0] == "unknown":
+                listed = ", ".join([*known_datasets(task), AVERAGE])
+                raise ManifestError(f"{manifest.group}: row {plan.row.name!r}, column {columns[0]!r}: unknown dataset "
+                                    f"{key!r} for task={task}; known: {listed} ({AVERAGE}: the mean of the "
+                                    "row's other columns)")
+
+
+def run_overrides(plan: RowPlan, manifest: TableManifest, runs_dir: Path, launcher: str, datasets: str,
+                  ordered: list[str] | None = None) -> list[str]:
+    """The overrides of the row's ``omnimed-evaluate -m`` run over ``datasets`` (comma-separated keys): the
+    row's own, the launcher (once), where its runs go and their W&B group. ``ordered`` replaces the row's own
+    (validation composes the row's overrides last too)."""
+    sweep_key = dataset_key(manifest.task_of(plan.row))
+    return [
+        *(plan.overrides if ordered is None else ordered),
+        f"{sweep_key}={datasets}",
+        f"{LAUNCHER_GROUP}{launcher}",
+        f"hydra.sweep.dir={runs_dir / plan.slug}",
+        f"hydra.sweep.subdir=${{{sweep_key}}}",
+        f"logger.group={manifest.group}",
+        f"experiment={manifest.group}",
+        f"run_name={plan.slug}-${{{sweep_key}}}",
+    ]
+
+
+def validate(plans: list[RowPlan], manifest: TableManifest, *, launcher: str = DEFAULT_LAUNCHER,
+             runs_dir: Path | None = None) -> None:
+    """Check every dataset key, then compose every (row, dataset) run now, Hydra's own config included, with the
+    launcher it will run under (so ``hydra.launcher.*`` settings are checked against that launcher); a row naming
+    an unknown option fails here, naming the row."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from omnimed.conf import conf_dir
+    from omnimed.evaluation.config import register_evaluate_configs
+
+    check_datasets(plans, manifest)
+    runs_dir = runs_dir or Path("runs")
+    register_evaluate_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
+        for plan in plans:
+            # a row whose every column waits for a loader runs nothing, but its overrides must still compose; the
+            # dataset key is one string value (checked above), so one key per row shows whether the row composes
+            for key in list(plan.datasets)[:1] or [None]:
+                for ordered in (plan.overrides, plan.row_last):
+                    overrides = (run_overrides(plan, manifest, runs_dir, launcher, key, ordered) if key
+                                 else [*ordered, f"{LAUNCHER_GROUP}{launcher}"])
+                    try:
+                        compose("evaluate", overrides=overrides, return_hydra_config=True)
+                    except Exception as exc:  # Hydra raises several kinds; all mean the row is wrong
+                        raise ManifestError(
+                            f"{manifest.group}: row {plan.row.name!r} does not compose with {overrides}: {exc}"
+                        ) from exc
+
+
+def run_row(plan: RowPlan, manifest: TableManifest, runs_dir: Path, launcher: str) -> subprocess.CompletedProcess:
+    """One Hydra multirun over the row's datasets; each run writes ``<runs_dir>/<row>/<dataset>/metrics.json``."""
+    cmd = [str(Path(sys.executable).parent / "omnimed-evaluate"), "-m",
+           *run_overrides(plan, manifest, runs_dir, launcher, ",".join(plan.datasets))]
+    return subprocess.run(cmd, text=True, capture_output=True)
+
+
+def artifact_root(extra: list[str] | None) -> Path:
+    """Where prepared artifacts live: ``paths.root`` from the extra overrides, else the working directory."""
+    for item in extra or []:
+        if item.startswith("paths.root="):
+            return Path(item.split("=", 1)[1])
+    return Path(".")
+
+
+def _step_command(step: PrepareStep, extra: list[str] | None) -> list[str]:
+    root = [item for item in extra or [] if item.startswith("paths.root=")]
+    return [str(Path(sys.executable).parent / step.command[0]), *step.command[1:], *root]
+
+
+_COMPOSED: set[tuple[str, ...]] = set()  # prepare commands already composed in this process (tables share recipes)
+
+
+def validate_prepare(manifest: TableManifest, preset: str, extra: list[str] | None) -> None:
+    """Compose every prepare step that still has to run (its app's ``--cfg job``), so a bad one fails first."""
+    root = artifact_root(extra)
+    for step in manifest.prepare.get(preset, []):
+        command = tuple(_step_command(step, extra))
+        if (root / step.creates).exists() or command in _COMPOSED:
+            continue
+        res = subprocess.run([*command, "--cfg", "job"], text=True, capture_output=True)
+        if res.returncode != 0:
+            tail = (res.stderr or res.stdout).strip().splitlines()[-6:]
+            raise ManifestError(f"{manifest.group}: prepare step {step.name!r} does not compose: " + " | ".join(tail))
+        _COMPOSED.add(command)
+
+
+def run_prepare(manifest: TableManifest, preset: str, runs_dir: Path, extra: list[str] | None, log=print) -> None:
+    """Run the preset's prepare steps whose ``creates`` path is missing, in order; output goes to a log file per
+    step. A failing step stops the table, naming the step and its log."""
+    root = artifact_root(extra)
+    steps = manifest.prepare.get(preset, [])
+    for i, step in enumerate(steps, start=1):
+        target = root / step.creates
+        if target.exists():
+            log(f"prepare [{i}/{len(steps)}] {step.name}: done ({target})")
+            continue
+        runs_dir.mkdir(parents=True, exist_ok=True)
+        log_file = runs_dir / f"prepare-{slug(step.name)}.log"
+        log(f"prepare [{i}/{len(steps)}] {step.name}: running, log in {log_file}")
+        with log_file.open("w") as fh:
+            res = subprocess.run(_step_command(step, extra), stdout=fh, stderr=subprocess.STDOUT)
+        if res.returncode != 0 or not target.exists():
+            raise ManifestError(f"{manifest.group}: prepare step {step.name!r} failed (exit {res.returncode}; "
+                                f"{target} {'missing' if not target.exists() else 'present'}); see {log_file}")
+
+
+def read_cell(run_dir: Path, manifest: TableManifest, column: str) -> Cell:
+    """Our number for one (run, column), on the paper's scale; a run without metrics.json is ``failed``."""
+    path = run_dir / "metrics.json"
+    if not path.is_file():
+        return Cell(status="failed", run_dir=str(run_dir))
+    metrics = json.loads(path.read_text())
+    key = manifest.metric_for(column)
+    if key not in metrics:
+        # a retrieval run reports "<method>/<metric>" (plus per-source and graph breakdowns): take the one method
+        candidates = [k for k in metrics if k.count("/") == 1 and k.endswith("/" + key) and not k.startswith("graph/")]
+        if len(candidates) != 1:
+            return Cell(status=f"failed: no {key!r} in metrics.json", run_dir=str(run_dir))
+        key = candidates[0]
+    s = manifest.scale_for(column)
+
+    def scaled(name: str) -> float | None:
+        return metrics[name] * s if name in metrics and metrics[name] is not None else None
+
+    return Cell(ours=metrics[key] * s, low=scaled(f"{key}_ci_low"), high=scaled(f"{key}_ci_high"),
+                n=metrics.get("n"), status="measured", run_dir=str(run_dir))
+
+
+def _fill_averages(manifest: TableManifest, preset: str, row_cells: dict[str, Cell]) -> None:
+    """An ``average`` column is the unweighted mean of the row's other columns, as the papers compute it; it
+    stays empty unless every other column was measured."""
+    averaged = [c for c in manifest.columns if manifest.datasets[preset][c] == AVERAGE]
+    others = [c for c in manifest.columns if c not in averaged]
+    values = [row_cells[c].ours for c in others if c in row_cells and row_cells[c].ours is not None]
+    for col in averaged:
+        if len(values) == len(others) and values:
+            row_cells[col] = Cell(ours=sum(values) / len(values), status="measured", run_dir="mean of the row")
+        else:
+            row_cells[col] = Cell(status="not run: needs every other column")
+
+
+def reproduce(
+    manifest: TableManifest,
+    *,
+    preset: str = "miniature",
+    out_dir: Path,
+    launcher: str = DEFAULT_LAUNCHER,
+    extra: list[str] | None = None,
+    dry_run: bool = False,
+    log=print,
+) -> tuple[dict[str, dict[str, Cell]], dict[str, Path]]:
+    """Run the table's runnable rows and write its report; returns the cells and the report paths."""
+    launcher, extra = split_launcher(launcher, extra)
+    plans = plan_rows(manifest, preset, extra)
+    runs_dir = out_dir / "runs" / manifest.table
+    validate(plans, manifest, launcher=launcher, runs_dir=runs_dir)
+    validate_prepare(manifest, preset, extra)
+    if dry_run:
+        for step in manifest.prepare.get(preset, []):
+            log(f"prepare {step.name}: {' '.join(step.command)} -> {step.creates}")
+    elif any(plan.datasets for plan in plans):
+        run_prepare(manifest, preset, runs_dir, extra, log)
+    cells: dict[str, dict[str, Cell]] = {}
+    for row in manifest.rows:
+        if row.status != "runnable":
+            cells[row.name] = {c: Cell(status=row_cell_status(row)) for c in manifest.columns}
+    for i, plan in enumerate(plans, start=1):
+        waiting = sorted({why for why in plan.pending.values()})
+        log(f"[{i}/{len(plans)}] {plan.row.name}: {', '.join(plan.datasets) or 'nothing to run'}"
+            + (f" (not run: {'; '.join(w.removeprefix('missing: ') for w in waiting)})" if waiting else ""))
+        cells[plan.row.name] = {col: Cell(status=why) for col, why in plan.pending.items()}
+        if dry_run or not plan.datasets:
+            if not dry_run:
+                _fill_averages(manifest, preset, cells[plan.row.name])
+            continue
+        res = run_row(plan, manifest, runs_dir, launcher)
+        reason = ""
+        if res.returncode != 0:
+            errors = [line for line in (res.stderr or "").splitlines() if "Error" in line or "error:" in line]
+            reason = errors[-1].strip() if errors else f"exit {res.returncode}"
+            log(f"  failed: {reason}")
+        for key, columns in plan.datasets.items():
+            for col in columns:
+                cell = read_cell(runs_dir / plan.slug / key, manifest, col)
+                if cell.status == "failed" and reason:
+                    cell.status = f"failed: {reason[:160]}"
+                cells[plan.row.name][col] = cell
+        _fill_averages(manifest, preset, cells[plan.row.name])
+    paths = {} if dry_run else write_report(manifest, cells, out_dir, preset)
+    return cells, paths

@@ -1,9 +1,11 @@
 """What every stage, index and export shares: the one atomic-write helper, the settings key that names an output
 folder, the package versions a manifest records, and the stage folder with resumable progress.
 
-Atomic writes: a file or folder is written under a hidden sibling name (``.<name>.<random>.tmp``) and renamed into
-place, so a reader sees the old complete output or the new one, never half of one. A folder that already exists is
-moved aside first and put back if the swap fails.
+Atomic writes: a file or folder is written under a hidden sibling name (``.<name>.<host>-<pid>-<random>.tmp``) and
+renamed into place, so a reader sees the old complete output or the new one, never half of one. A folder that
+already exists is moved aside first and put back if the swap fails. What is published gets the modes the process
+umask allows (the temp files start owner-only), so a team folder stays readable. The temp files of a writer that was
+killed (this host, a process that no longer runs) are removed by the next write of the same output.
 
 Stage folders: a stage (teacher labelling, critic annotation, pair construction, ...) processes items one batch at
 a time and appends each finished batch to ``progress.jsonl`` (flushed and synced), so an interrupted run continues
@@ -19,8 +21,10 @@ import dataclasses
 import hashlib
 import importlib.metadata
 import json
+import logging
 import os
 import shutil
+import socket
 import tempfile
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -29,8 +33,62 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+log = logging.getLogger(__name__)
+
 # ----------------------------------------------------------------------------------------------- atomic writes
 TMP_SUFFIX = ".tmp"
+
+
+def _writer_tag() -> str:
+    """``<host>-<pid>``: whose temp file it is, so a later run can tell a dead writer's leftovers from a live one's
+    (on a shared disk, another machine's writers are never touched)."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def _is_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def remove_stale_temps(path: Path) -> list[Path]:
+    """Remove the temp files and folders that killed writers of ``path`` on this host left beside it; returns
+    them."""
+    host = socket.gethostname()
+    removed = []
+    for prefix in (f".{path.name}.", f".{path.name}.old-"):
+        for item in path.parent.glob(f"{prefix}{host}-*"):
+            rest = item.name[len(prefix) + len(host) + 1:]
+            pid = rest.split("-", 1)[0]
+            if not pid.isdigit() or _is_running(int(pid)):
+                continue
+            if not (prefix.endswith(".old-") or item.name.endswith(TMP_SUFFIX)):
+                continue
+            if item.is_dir():
+                shutil.rmtree(item, ignore_errors=True)
+            else:
+                item.unlink(missing_ok=True)
+            removed.append(item)
+    return removed
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _publishable(tmp: Path) -> None:
+    """Give ``tmp`` (and, for a folder, everything in it) the modes the umask allows: mkstemp and mkdtemp create
+    owner-only entries, and libraries may too."""
+    mask = _umask()
+    for item in [tmp, *(tmp.rglob("*") if tmp.is_dir() else ())]:
+        if not item.is_symlink():
+            os.chmod(item, (0o777 if item.is_dir() else 0o666) & ~mask)
 
 
 @contextmanager
@@ -40,16 +98,19 @@ def atomic_path(path: str | Path, *, is_dir: bool = False) -> Iterator[Path]:
     ``path`` is left as it was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(path)
+    prefix = f".{path.name}.{_writer_tag()}-"
     if is_dir:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=prefix, suffix=TMP_SUFFIX, dir=path.parent))
     else:
-        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent)
+        fd, name = tempfile.mkstemp(prefix=prefix, suffix=TMP_SUFFIX, dir=path.parent)
         os.close(fd)
         tmp = Path(name)
     try:
         yield tmp
+        _publishable(tmp)
         if is_dir and path.exists():
-            old = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:8]}")
+            old = path.with_name(f".{path.name}.old-{_writer_tag()}-{uuid.uuid4().hex[:8]}")
             os.replace(path, old)
             try:
                 os.replace(tmp, path)
@@ -197,15 +258,36 @@ class StageDir:
             self._check_key(read_json(info), info)
         else:
             atomic_write_json(info, {"name": self.stage, "key": self.key, "settings": self.settings})
+        return self._read_progress()
+
+    def _read_progress(self) -> dict[str, dict[str, Any]]:
+        """The items of ``progress.jsonl`` (id -> result). A last line without its newline is the torn append of a
+        killed run: it is cut off (and logged), so the next append starts on a line of its own. A complete line
+        that is not a JSON object with an ``id`` is corruption, named by line."""
         done: dict[str, dict[str, Any]] = {}
-        if self.progress_path.is_file():
-            with self.progress_path.open(encoding="utf-8") as fh:
-                for line in fh:
-                    try:
-                        item = json.loads(line)
-                    except json.JSONDecodeError:  # the last line of a run killed mid-write
-                        break
-                    done[item["id"]] = item
+        if not self.progress_path.is_file():
+            return done
+        data = self.progress_path.read_bytes()
+        whole = data.rfind(b"\n") + 1
+        if whole < len(data):
+            log.warning("%s: cutting a torn last line (%d bytes) left by an interrupted run", self.progress_path,
+                        len(data) - whole)
+            with self.progress_path.open("r+b") as fh:
+                fh.truncate(whole)
+                fh.flush()
+                os.fsync(fh.fileno())
+        # split on newlines only: str.splitlines would also cut at U+2028 inside a JSON string
+        for lineno, line in enumerate(data[:whole].decode("utf-8").split("\n"), start=1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise StageError(f"{self.progress_path}:{lineno}: not valid JSON ({exc.msg}); the progress file is "
+                                 "corrupt: delete the stage folder to rebuild") from None
+            if not isinstance(item, dict) or "id" not in item:
+                raise StageError(f"{self.progress_path}:{lineno}: a progress line is an object with an `id`")
+            done[item["id"]] = item
         return done
 
     def append(self, results: Iterable[Mapping[str, Any]]) -> None:

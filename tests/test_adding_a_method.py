@@ -26,7 +26,7 @@ def plugin_env() -> dict[str, str]:
 
 def run(cmd: str, *args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([str(BIN / cmd), *args], cwd=cwd, capture_output=True, text=True, timeout=600,
-                          env=env or plugin_env())
+                          env=env or plugin_env(), check=False)
 
 
 @pytest.fixture(scope="module")

@@ -85,9 +85,9 @@ def test_no_method_is_named_outside_its_own_package():
     found = []
     for path in modules():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in owners:
-                if owners[node.value] not in path.parents:
-                    found.append(f"{path.relative_to(SRC)}:{node.lineno} names {node.value!r}")
+            if (isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in owners
+                    and owners[node.value] not in path.parents):
+                found.append(f"{path.relative_to(SRC)}:{node.lineno} names {node.value!r}")
     assert not found, "a method is wired by name outside its package:\n" + "\n".join(found)
 
 

@@ -36,6 +36,7 @@ def runnable_methods() -> frozenset[str]:
 
 
 def eval_tasks() -> dict:
+    """The evaluation tasks a table may name (``task:``), each with the metrics it writes."""
     from omnimed.evaluation.tasks import EVAL_TASKS
 
     return EVAL_TASKS

@@ -41,3 +41,14 @@ def conf_dir() -> str:
     return str(Path(__file__).resolve().parents[2] / "conf")
 
 
+def register_option(group: str, name: str, schema: str, node: type) -> None:
+    """Store a registered config dataclass with Hydra: as ``<group>/<schema>``, the schema a YAML option lists
+    first in its defaults, and, when ``conf/<group>/<name>.yaml`` does not exist, as the option ``<group>=<name>``
+    itself (the dataclass defaults, its ``name`` set), so a plugin's method or stage needs no YAML file. Storing
+    the option beside a YAML of the same name would make Hydra treat it as that YAML's schema."""
+    from hydra.core.config_store import ConfigStore
+
+    cs = ConfigStore.instance()
+    cs.store(group=group, name=schema, node=node)
+    if not (Path(conf_dir()) / group / f"{name}.yaml").is_file():
+        cs.store(group=group, name=name, node=node(name=name))

@@ -35,11 +35,9 @@ def register_evaluate_configs() -> None:
     """Schemas of ``omnimed-evaluate``: the root, ``<task>_task_schema`` per evaluation task and, per registered
     method, ``<name>_pipeline_schema`` and, when ``conf/pipeline/<name>.yaml`` does not exist, the option
     ``pipeline=<name>`` itself (its dataclass defaults), so a method needs no YAML file to be chosen."""
-    from pathlib import Path
-
     from hydra.core.config_store import ConfigStore
 
-    from omnimed.conf import conf_dir
+    from omnimed.conf import register_option
     from omnimed.evaluation.tasks import EVAL_TASKS
     from omnimed.generation.factory import BackendConfig
     from omnimed.methods.registry import get_method, method_names
@@ -49,10 +47,7 @@ def register_evaluate_configs() -> None:
     for name, task in EVAL_TASKS.items():
         cs.store(group="task", name=f"{name}_task_schema", node=task.config)
     for name in method_names():
-        node = get_method(name).config
-        cs.store(group="pipeline", name=f"{name}_pipeline_schema", node=node)
-        if not (Path(conf_dir()) / "pipeline" / f"{name}.yaml").is_file():
-            cs.store(group="pipeline", name=name, node=node(name=name))
+        register_option("pipeline", name, f"{name}_pipeline_schema", get_method(name).config)
     cs.store(group="knowledge", name="knowledge_schema", node=KnowledgeConfig)
     cs.store(group="model", name="model_schema", node=ModelConfig)
     cs.store(group="backend", name="backend_schema", node=BackendConfig)

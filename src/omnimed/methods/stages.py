@@ -69,17 +69,14 @@ def register_build_configs() -> None:
     ``conf/stage/<stage>.yaml`` does not exist, the option ``stage=<stage>`` itself (its dataclass defaults)."""
     from hydra.core.config_store import ConfigStore
 
-    from omnimed.conf import conf_dir
+    from omnimed.conf import register_option
     from omnimed.generation.factory import BackendConfig
     from omnimed.methods.registry import get_stage, stage_names
 
     cs = ConfigStore.instance()
     cs.store(name="build_schema", node=BuildConfig)
     for name in stage_names():
-        node = get_stage(name).config
-        cs.store(group="stage", name=f"{name}_schema", node=node)
-        if not (Path(conf_dir()) / "stage" / f"{name}.yaml").is_file():
-            cs.store(group="stage", name=name, node=node)
+        register_option("stage", name, f"{name}_schema", get_stage(name).config)
     cs.store(group="knowledge", name="knowledge_schema", node=KnowledgeConfig)
     cs.store(group="model", name="model_schema", node=ModelConfig)
     cs.store(group="backend", name="backend_schema", node=BackendConfig)

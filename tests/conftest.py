@@ -25,3 +25,22 @@ def realdata() -> Path:
     if not path.is_dir():
         pytest.skip(f"OMNIMED_REALDATA={root} is not a folder")
     return path
+
+
+@pytest.fixture(scope="session")
+def world_tiny():
+    """The tiny synthetic world (what ``knowledge=world_tiny`` reads)."""
+    from omnimed.knowledge.corpus import world_of
+    from omnimed.knowledge.config import KnowledgeConfig
+
+    return world_of(KnowledgeConfig(name="world_tiny", world_size="tiny"))
+
+
+@pytest.fixture(scope="session")
+def kb_tiny(tmp_path_factory):
+    """A BM25 knowledge base over the tiny world, built once per session."""
+    from omnimed.knowledge.build import build_knowledge_base
+    from omnimed.knowledge.config import KnowledgeConfig
+
+    cfg = KnowledgeConfig(name="world_tiny", world_size="tiny", indexes=["bm25"], retriever="bm25")
+    return build_knowledge_base(cfg, tmp_path_factory.mktemp("kb_tiny"), progress=False)

@@ -102,17 +102,13 @@ def test_read_option_from_free_text():
 
 # ------------------------------------------------------------------------------------------------ stages
 @pytest.fixture(scope="module")
-def world():
-    from omnimed.knowledge.corpus import world_of
-
-    return world_of(TINY_KB)
+def world(world_tiny):
+    return world_tiny
 
 
 @pytest.fixture(scope="module")
-def kb(tmp_path_factory):
-    from omnimed.knowledge.build import build_knowledge_base
-
-    return build_knowledge_base(TINY_KB, tmp_path_factory.mktemp("kb"), progress=False)
+def kb(kb_tiny):
+    return kb_tiny
 
 
 class Counting:

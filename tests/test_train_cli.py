@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from omnimed.cli.common import check_task_choice, conf_dir, task_catalog
 from omnimed.training.config import register_train_configs
 
 BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parents[1]
 TINY = ["model=tiny-llama", "data=world_tiny", "trainer.checkpoint_every_n_steps=4", "trainer.val_check_interval=4", "trainer.max_epochs=-1"]
 
 
@@ -221,13 +223,23 @@ def test_sigkill_then_resume_ends_with_the_same_weights(tmp_path):
     assert "seed: 7" in (tmp_path / "checkpoints" / "sft" / "crashed" / "config.yaml").read_text()
     assert (tmp_path / "checkpoints" / "sft" / "crashed" / "versions.json").exists()
 
-    train(tmp_path, *common, "run_name=crashed", "ckpt_path=last")
+    # the resumed run is killed again, in its export: the hf/ folder is written but not yet in place
+    killed = subprocess.run([sys.executable, str(REPO / "tests" / "faults.py"), "publish:hf", "omnimed.cli.train:main",
+                             f"paths.root={tmp_path}", f"hydra.run.dir={tmp_path}/killed2", *common,
+                             "run_name=crashed", "ckpt_path=last"], cwd=tmp_path, env=env, capture_output=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    run = tmp_path / "checkpoints" / "sft" / "crashed"
+    assert not (run / "hf").exists() and list(run.glob(".hf.*.tmp"))
+    train(tmp_path, *common, "run_name=crashed", "ckpt_path=last")  # resumes at step 120: only the export is left
     resumed = torch.load(ckpts / "last.ckpt", map_location="cpu", weights_only=False)
     assert resumed["global_step"] == 120
-    a, b = _adapter(tmp_path / "checkpoints" / "sft" / "straight"), _adapter(tmp_path / "checkpoints" / "sft" / "crashed")
+    assert not [p.name for p in run.iterdir() if p.name.startswith(".")]  # the killed export's temp is gone
+    straight = tmp_path / "checkpoints" / "sft" / "straight" / "hf"
+    assert (straight / "adapter_model.safetensors").read_bytes() == (run / "hf" / "adapter_model.safetensors").read_bytes()
+    a, b = _adapter(straight.parent), _adapter(run)
     assert a.keys() == b.keys()
     for k in a:
-        torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-6, msg=k)
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=0, msg=k)
 
 
 def test_a_run_that_crashes_in_fit_still_has_its_config_and_versions(tmp_path):
@@ -282,7 +294,7 @@ def test_profiler_preset_writes_its_report(tmp_path):
 
 def test_joblib_sweep_runs_both_jobs(tmp_path):
     """-m with the joblib launcher: two jobs in parallel, each with its metrics.json and its own checkpoint folder
-    (their default run names differ by job number even when they start in the same second)."""
+    (their default run names carry the job number and a key of the job's config, never the clock)."""
     res = subprocess.run(
         [str(BIN / "omnimed-train"), "-m", f"paths.root={tmp_path}", f"hydra.sweep.dir={tmp_path}/sweep",
          "model=tiny-llama", "data=world_tiny", "trainer.max_steps=2", "trainer.max_epochs=-1", "logger=csv",
@@ -295,9 +307,10 @@ def test_joblib_sweep_runs_both_jobs(tmp_path):
     assert [m.parent.parent for m in metrics] == [tmp_path / "sweep"] * 2
     assert [m.parent.name[:2] for m in metrics] == ["0_", "1_"] and "task.lr=0.001" in metrics[0].parent.name
     assert all(json.loads(m.read_text())["train/steps"] == 2 for m in metrics)
-    # the names start with the second each job started in, which a loaded machine may order either way
-    runs = sorted((tmp_path / "checkpoints" / "sft").iterdir(), key=lambda r: r.name[-3:])
-    assert [r.name[-3:] for r in runs] == ["_j0", "_j1"] and all((r / "hf").is_dir() for r in runs)
+    # deterministic names, <model>_<data>_s<seed>_j<NNN>_<config key>: they sort in job order
+    runs = sorted((tmp_path / "checkpoints" / "sft").iterdir())
+    assert [re.fullmatch(r"tiny-llama_world_tiny_s0_j(\d{3})_[0-9a-f]{8}", r.name)[1] for r in runs] == ["000", "001"]
+    assert all((r / "hf").is_dir() for r in runs)
 
 
 def test_fast_dev_run_preset_touches_no_checkpoint(tmp_path):

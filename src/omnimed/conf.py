@@ -28,6 +28,10 @@ def _register_resolvers() -> None:
 
     if not OmegaConf.has_resolver("omnimed.dir_safe"):
         OmegaConf.register_new_resolver("omnimed.dir_safe", dir_safe)
+    if not OmegaConf.has_resolver("omnimed.pid"):
+        # run folders are named by the second they start in and the process: two runs started in the same second
+        # (a script, parallel jobs) never share a folder and overwrite each other's metrics
+        OmegaConf.register_new_resolver("omnimed.pid", lambda: str(os.getpid()))
 
 
 _register_resolvers()

@@ -1,9 +1,12 @@
-"""What every Hydra entry point shares: the console, and a check of ``task=`` before Hydra composes (train and
-evaluate tasks share ``conf/task/``). Where ``conf/`` lives is :mod:`omnimed.conf`."""
+"""What every Hydra entry point shares: the console, a check of ``task=`` before Hydra composes (train and
+evaluate tasks share ``conf/task/``), and :func:`one_line_errors`, which turns a user's mistake (a missing
+mandatory key, a bad path, file or value) into one line and exit code 2 instead of a traceback. Where ``conf/``
+lives is :mod:`omnimed.conf`."""
 
 from __future__ import annotations
 
 import functools
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -11,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
+from rich.markup import escape
 
 from omnimed.conf import conf_dir
 
@@ -149,5 +154,74 @@ def checks_task(app: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
             return fn(*args, **kwargs)
 
         return entry
+
+    return wrap
+
+
+# ----------------------------------------------------------------------------------------------- user errors
+#: what a user fixes on the command line or on disk: a bad value or record (ValueError, which covers RecordError,
+#: KnowledgeError and the config checks), a path that is missing, a folder where a file is expected, ...
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    ValueError,
+    FileNotFoundError,
+    FileExistsError,
+    IsADirectoryError,
+    NotADirectoryError,
+    PermissionError,
+)
+
+
+def fail(app: str, message: str, code: int = 2) -> None:
+    """End the command with ``<app>: error: <message>`` as ONE line on stderr (newlines in the message are
+    joined with "; ", and rich does not wrap it) and exit code ``code``."""
+    text = "; ".join(part.strip() for part in str(message).splitlines() if part.strip()) or "unknown error"
+    console.print(f"[bold red]{app}: error:[/] {escape(text)}", soft_wrap=True, highlight=False)
+    raise SystemExit(code)
+
+
+def missing_keys(cfg: Any) -> list[str]:
+    """The full keys of the composed config whose value is mandatory (``???``) and unset, sorted. Read without
+    resolving interpolations (``OmegaConf.missing_keys`` resolves them, and one that fails would hide the answer)."""
+    if not isinstance(cfg, DictConfig):
+        return []
+    found: list[str] = []
+
+    def walk(node: Any, key: str) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, f"{key}.{k}" if key else str(k))
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, f"{key}[{i}]")
+        elif node == "???":
+            found.append(key)
+
+    walk(OmegaConf.to_container(cfg, resolve=False), "")
+    return sorted(found)
+
+
+def one_line_errors(app: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator for the task function of a ``@hydra.main`` entry point (put it under ``@hydra.main``).
+
+    Before the function runs, a mandatory key left unset (``???``) ends the command naming the key; while it runs,
+    :data:`USER_ERRORS` end it with their message. Either way one line on stderr and exit code 2 (see :func:`fail`)
+    instead of Hydra's "Error executing job" traceback with exit code 1. ``HYDRA_FULL_ERROR=1`` lets the errors
+    through, with their traceback, for a bug report."""
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def run(cfg: Any, *args: Any, **kwargs: Any) -> Any:
+            if os.environ.get("HYDRA_FULL_ERROR") == "1":
+                return fn(cfg, *args, **kwargs)
+            missing = missing_keys(cfg)
+            if missing:
+                fail(app, f"missing mandatory value(s): {', '.join(missing)}; set "
+                          f"{' '.join(k + '=...' for k in missing)} on the command line")
+            try:
+                return fn(cfg, *args, **kwargs)
+            except USER_ERRORS as err:
+                fail(app, str(err) or type(err).__name__)
+
+        return run
 
     return wrap

@@ -19,8 +19,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 from rich.table import Table
 
-from omnimed.cli.common import conf_dir, console
-from omnimed.data.errors import RecordError
+from omnimed.cli.common import conf_dir, console, one_line_errors
 
 COMMANDS = ("world", "convert")
 
@@ -100,12 +99,9 @@ def _hydra_app(command: str):
     runner = {"world": run_world, "convert": run_convert}[command]
 
     @hydra.main(config_path=conf_dir(), config_name=f"data_{command}", version_base="1.3")
+    @one_line_errors(f"omnimed-data {command}")  # a bad path, file or record: one line naming it, exit code 2
     def app(cfg) -> None:
-        try:
-            runner(OmegaConf.to_object(cfg))
-        except (RecordError, FileNotFoundError, ValueError) as err:
-            console.print(f"[bold red]omnimed-data {command}: error:[/] {err}", highlight=False)
-            sys.exit(2)
+        runner(OmegaConf.to_object(cfg))
 
     return app
 
@@ -116,7 +112,7 @@ def main() -> None:
         sys.exit(2)
     command = sys.argv.pop(1)
     # a data command writes where `out` says; Hydra's own run folder is kept out of the way
-    sys.argv[1:1] = ["hydra.run.dir=outputs/data/${now:%Y-%m-%d_%H-%M-%S}", "hydra.job.chdir=false"]
+    sys.argv[1:1] = ["hydra.run.dir=outputs/data/${now:%Y-%m-%d_%H-%M-%S}-${omnimed.pid:}", "hydra.job.chdir=false"]
     _hydra_app(command)()
 
 

@@ -4,6 +4,9 @@
     omnimed-evaluate task=retrieval                                   # the world's questions, knowledge=world_small
     omnimed-evaluate task=retrieval knowledge=realdata task.queries=pubmedqa task.split=null
     omnimed-evaluate task=qa pipeline=rag                             # retrieve, then read
+
+A run whose backend calls failed for more than ``max_failed_share`` of its questions (or whose backend cannot be
+called at all) writes no metrics.json: it leaves ``failed.json`` with the reason and exits non-zero.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from omnimed.cli.common import checks_task, conf_dir, console
+from omnimed.cli.common import checks_task, conf_dir, console, fail, one_line_errors
 from omnimed.evaluation.config import register_evaluate_configs
 
 register_evaluate_configs()
@@ -20,12 +23,26 @@ register_evaluate_configs()
 
 @checks_task("evaluate")  # task=NAME of the other app, or of none: a clear message before Hydra composes
 @hydra.main(config_path=conf_dir(), config_name="evaluate", version_base="1.3")
+@one_line_errors("omnimed-evaluate")  # a bad value, path or dataset: one line naming it, exit code 2
 def main(cfg: DictConfig) -> float | None:
+    from pathlib import Path
+
+    from omnimed.data.artifacts import RunFailed
+    from omnimed.evaluation.runner import record_failure, start_run
     from omnimed.evaluation.tasks import get_task
+    from omnimed.generation.types import GenerationError
 
     obj = OmegaConf.to_object(cfg)
     task = get_task(obj.task.name)
-    result = task.run(obj, HydraConfig.get().runtime.output_dir)
+    if not 0 <= obj.max_failed_share <= 1:
+        raise ValueError(f"max_failed_share={obj.max_failed_share}: expected a share between 0 and 1")
+    out = Path(HydraConfig.get().runtime.output_dir)
+    start_run(out)
+    try:
+        result = task.run(obj, out)
+    except (RunFailed, GenerationError) as exc:  # backend calls failed: no score, one line, non-zero exit
+        record_failure(out, str(exc))
+        fail("omnimed-evaluate", str(exc), code=1)
     return task.report(result, obj, console)
 
 

@@ -13,7 +13,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 from rich.table import Table
 
-from omnimed.cli.common import conf_dir, console
+from omnimed.cli.common import conf_dir, console, one_line_errors
 from omnimed.knowledge.config import register_index_configs
 
 register_index_configs()
@@ -37,6 +37,7 @@ def print_report(name: str, report: list[dict]) -> None:
 
 
 @hydra.main(config_path=conf_dir(), config_name="index", version_base="1.3")
+@one_line_errors("omnimed-index")  # a missing corpus, file or key: one line naming it, exit code 2
 def main(cfg: DictConfig) -> None:
     from omnimed.knowledge.build import build_knowledge_base
 

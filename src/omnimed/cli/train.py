@@ -13,7 +13,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 from rich.table import Table
 
-from omnimed.cli.common import checks_task, conf_dir, console
+from omnimed.cli.common import checks_task, conf_dir, console, one_line_errors
 from omnimed.training.config import register_train_configs
 
 register_train_configs()
@@ -37,6 +37,7 @@ def print_summary(result) -> None:
 
 @checks_task("train")  # task=NAME of the other app, or of none: a clear message before Hydra composes
 @hydra.main(config_path=conf_dir(), config_name="train", version_base="1.3")
+@one_line_errors("omnimed-train")  # an invalid value, a missing data.path, ...: one line naming the key, exit code 2
 def main(cfg: DictConfig) -> float | None:
     from hydra.types import RunMode
 

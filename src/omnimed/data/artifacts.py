@@ -9,10 +9,13 @@ killed (this host, a process that no longer runs) are removed by the next write 
 
 Stage folders: a stage (teacher labelling, critic annotation, pair construction, ...) processes items one batch at
 a time and appends each finished batch to ``progress.jsonl`` (flushed and synced), so an interrupted run continues
-where it stopped and loses at most the batch in flight. When every item is done, the stage writes its record set
+where it stopped and loses at most the batch in flight; a torn last line (a kill mid-append) is cut on the next
+start. An item is done only when its backend answered: an item whose call failed is not recorded, so the next run
+asks again, and a stage whose failed items pass ``max_failed_share`` (default 5%) raises :class:`RunFailed` without
+writing a manifest. When every item is done (or failed within the bound), the stage writes its record set
 (``records.jsonl``, ``hf/``) and then ``manifest.json``: a folder with a manifest is complete, and running the stage
-again with the same settings does nothing. The settings' key is stored in the manifest and in ``stage.json`` at the
-start; a folder built with other settings is refused rather than mixed.
+again with the same settings does nothing but ask for the items listed as failed. The settings' key is stored in the
+manifest and in ``stage.json`` at the start; a folder built with other settings is refused rather than mixed.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import shutil
 import socket
 import tempfile
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,16 +60,22 @@ def _is_running(pid: int) -> bool:
 
 def remove_stale_temps(path: Path) -> list[Path]:
     """Remove the temp files and folders that killed writers of ``path`` on this host left beside it; returns
-    them."""
+    them. A writer killed in the middle of a folder swap (the old folder moved aside, the new one not yet in place)
+    is rolled back: its old folder is put back."""
     host = socket.gethostname()
     removed = []
-    for prefix in (f".{path.name}.", f".{path.name}.old-"):
+    for prefix in (f".{path.name}.old-", f".{path.name}."):
         for item in path.parent.glob(f"{prefix}{host}-*"):
             rest = item.name[len(prefix) + len(host) + 1:]
             pid = rest.split("-", 1)[0]
             if not pid.isdigit() or _is_running(int(pid)):
                 continue
-            if not (prefix.endswith(".old-") or item.name.endswith(TMP_SUFFIX)):
+            old = prefix.endswith(".old-")
+            if not (old or item.name.endswith(TMP_SUFFIX)):
+                continue
+            if old and not path.exists():
+                os.replace(item, path)
+                log.warning("%s: put back the previous folder that a killed writer had moved aside", path)
                 continue
             if item.is_dir():
                 shutil.rmtree(item, ignore_errors=True)
@@ -207,6 +216,49 @@ class StageError(ValueError):
     """A stage folder that cannot be used as asked; the message names the folder and what to do."""
 
 
+# ----------------------------------------------------------------------------------------------- failed calls
+#: the share of a run's items (a stage's examples, an evaluation's questions) whose backend calls may fail before
+#: the run fails as a whole (``max_failed_share`` of ``omnimed-build`` and ``omnimed-evaluate``)
+MAX_FAILED_SHARE = 0.05
+
+
+@dataclass(frozen=True)
+class Failed:
+    """An item whose backend call failed (connection, timeout, server error, after the backend's own retries). It
+    is neither done nor dropped: nothing is recorded for it, and the next run asks again. ("Dropped" is the papers'
+    word for a reply that came back without a valid label.)"""
+
+    id: str
+    error: str
+
+
+class RunFailed(RuntimeError):
+    """Too many backend calls of a run failed: nothing was published as a result. The message names the backend,
+    how many failed and the first error."""
+
+
+def check_failures(errors: Sequence[str], total: int, *, what: str, backend: str, max_share: float,
+                   kept: str, unit: str = "items") -> str | None:
+    """None when no call failed; a one-line warning when ``len(errors)`` of ``total`` items failed within
+    ``max_share``; :class:`RunFailed` above it. ``kept`` says what survives for the next run."""
+    if not errors:
+        return None
+    share = len(errors) / max(1, total)
+    summary = (f"{what}: {len(errors)} of {total} {unit} ({share:.1%}) got no answer from {backend}; first error: "
+               f"{errors[0]}")
+    if share > max_share:
+        raise RunFailed(f"{summary}. That is above max_failed_share={max_share:g}, so nothing was recorded as a "
+                        f"result; {kept}")
+    return f"{summary} (within max_failed_share={max_share:g}); {kept}"
+
+
+def describe_backend(backend: Any) -> str:
+    """``<name> backend <model>`` and, for a server, its URL: how failure messages name the backend."""
+    inner = getattr(backend, "backend", backend)  # a CachedBackend wraps the real one
+    url = getattr(inner, "base_url", None)
+    return f"{backend.name} backend {backend.model_id!r}" + (f" at {url}" if url else "")
+
+
 #: stage-config fields that change where or how fast a stage runs, not what it makes
 NOT_SETTINGS = ("out", "batch_size")
 
@@ -238,8 +290,10 @@ class StageDir:
 
         if not self.manifest_path.is_file():
             return False
-        self._check_key(read_json(self.manifest_path).get("stage", {}), self.manifest_path)
-        return True
+        manifest = read_json(self.manifest_path)
+        self._check_key(manifest.get("stage", {}), self.manifest_path)
+        # items whose calls failed (within the bound) are asked again: the output is complete only without them
+        return not manifest.get("failed", {}).get("ids")
 
     def _check_key(self, meta: Mapping[str, Any], where: Path) -> None:
         if meta.get("key") not in (None, self.key) or meta.get("name") not in (None, self.stage):
@@ -283,8 +337,8 @@ class StageDir:
             try:
                 item = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise StageError(f"{self.progress_path}:{lineno}: not valid JSON ({exc.msg}); the progress file is "
-                                 "corrupt: delete the stage folder to rebuild") from None
+                raise StageError(f"{self.progress_path}:{lineno}: not valid JSON ({exc.msg}: column {exc.colno}); the "
+                                 "progress file is corrupt: delete the stage folder to rebuild") from None
             if not isinstance(item, dict) or "id" not in item:
                 raise StageError(f"{self.progress_path}:{lineno}: a progress line is an object with an `id`")
             done[item["id"]] = item
@@ -300,11 +354,33 @@ class StageDir:
             fh.flush()
             os.fsync(fh.fileno())
 
-    def finish(self, records: list, **extra: Any) -> dict[str, Any]:
-        """Write the record set, then the manifest (counts, fingerprint, the stage's settings and ``extra``)."""
+    def process(self, todo: Sequence[Any], work: Callable[[Sequence[Any]], list[Mapping[str, Any] | Failed]], *,
+                total: int, backend: str, max_failed: float = MAX_FAILED_SHARE, batch_size: int = 32,
+                progress: bool = True, label: str = "") -> list[Failed]:
+        """Run ``work`` on ``todo`` one batch at a time; each batch's done items (dicts with an ``id``) are
+        appended to the progress file as it returns, its :class:`Failed` items are not. Returns the failed items
+        when they are at most ``max_failed`` of the stage's ``total`` items, else raises :class:`RunFailed` naming
+        ``backend`` and the first error (and the stage writes no manifest)."""
+        failed: list[Failed] = []
+        for batch in batches(todo, batch_size, progress, label or self.stage):
+            results = work(batch)
+            self.append(r for r in results if not isinstance(r, Failed))
+            failed += [r for r in results if isinstance(r, Failed)]
+        note = check_failures([f.error for f in failed], total, what=f"stage {self.stage}", backend=backend,
+                              max_share=max_failed, kept=f"the items done are kept in {self.progress_path}, and the "
+                              "next run of the stage asks only for the others")
+        if note:
+            log.warning(note)
+        return failed
+
+    def finish(self, records: list, *, failed: Sequence[Failed] = (), **extra: Any) -> dict[str, Any]:
+        """Write the record set, then the manifest (counts, fingerprint, the stage's settings and ``extra``). Items
+        in ``failed`` are listed in it, and the next run of the stage asks for them again."""
         from omnimed.data.io import save_record_set
 
         stage_meta = {"name": self.stage, "key": self.key, "settings": self.settings}
+        if failed:
+            extra["failed"] = {"count": len(failed), "ids": [f.id for f in failed], "first_error": failed[0].error}
         return save_record_set(self.path, records, extra={"stage": stage_meta, **extra})
 
     def manifest(self) -> dict[str, Any]:

@@ -60,4 +60,7 @@ def load_format(
         raise ValueError(f"unknown format {name!r}; expected one of {', '.join(FORMAT_NAMES)}")
     if not Path(path).exists():
         raise FileNotFoundError(f"{path}: no such file or folder (format={name})")
-    return loaders[name](path, skip_invalid=skip_invalid, report=report, **options)
+    try:
+        return loaders[name](path, skip_invalid=skip_invalid, report=report, **options)
+    except IsADirectoryError as exc:  # a folder where the format reads one file: say which format expected it
+        raise IsADirectoryError(f"{exc} (format={name})") from None

@@ -7,6 +7,7 @@ JSONL is read by iterating the file, never with ``str.splitlines()``: real files
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 from collections import Counter
@@ -22,6 +23,65 @@ R = TypeVar("R", bound=Record)
 T = TypeVar("T")
 
 
+# ----------------------------------------------------------------------------------------------- text files
+# Every reader of a file a user points at goes through these: a missing file or a folder is named as such, and a
+# byte that is not valid UTF-8 is reported as a RecordError with the file and line (the codec's own message names
+# neither: "'utf-8' codec can't decode byte 0xe4 in position 49").
+def check_file(path: str | Path) -> Path:
+    """``path`` as a Path when it is an existing file; FileNotFoundError or IsADirectoryError naming it if not."""
+    path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{path}: is a folder; expected a file")
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file")
+    return path
+
+
+def not_text_error(path: str | Path, encoding: str, exc: UnicodeDecodeError) -> RecordError:
+    """The RecordError for a file that ``encoding`` cannot decode: the line and byte of the first bad byte, found
+    by decoding the file again line by line (a text stream decodes in chunks, so its position is not the line)."""
+    label = "UTF-8" if codecs.lookup(encoding).name in ("utf-8", "utf-8-sig") else encoding
+    codec = "utf-8" if label == "UTF-8" else encoding
+    expected = f"expected {label} text (re-save the file as {label})"
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            try:
+                raw.decode(codec)
+            except UnicodeDecodeError as bad:
+                byte = raw[bad.start]
+                return RecordError(
+                    path, lineno, None,
+                    f"not valid {label}: byte 0x{byte:02x} at byte {bad.start + 1} of the line ({bad.reason}); {expected}",
+                )
+    return RecordError(path, None, None, f"not valid {label} ({exc.reason}); {expected}")
+
+
+def text_lines(path: str | Path, *, encoding: str = "utf-8", newline: str | None = None) -> Iterator[str]:
+    """The lines of a text file, as ``open(path, encoding=encoding, newline=newline)`` yields them; a missing file,
+    a folder or an undecodable byte raises an error naming the file (and line)."""
+    path = check_file(path)
+    with open(path, encoding=encoding, newline=newline) as fh:
+        try:
+            yield from fh
+        except UnicodeDecodeError as exc:
+            raise not_text_error(path, encoding, exc) from None
+
+
+def read_text(path: str | Path, *, encoding: str = "utf-8") -> str:
+    """A whole text file, as ``Path.read_text`` reads it; errors name the file (and line) like :func:`text_lines`."""
+    path = check_file(path)
+    try:
+        return path.read_text(encoding=encoding)
+    except UnicodeDecodeError as exc:
+        raise not_text_error(path, encoding, exc) from None
+
+
+def json_error_message(exc: json.JSONDecodeError) -> str:
+    """``invalid JSON (<reason>: column N)``. The reason is phrased to be followed by a position ("Unterminated
+    string starting at"), so the colon form reads right where "(<reason> at column N)" gave "at at"."""
+    return f"invalid JSON ({exc.msg}: column {exc.colno})"
+
+
 # ----------------------------------------------------------------------------------------------- raw reading
 def iter_jsonl(
     path: str | Path, *, skip_invalid: bool = False, report: LoadReport | None = None
@@ -29,33 +89,30 @@ def iter_jsonl(
     """Yield ``(line_number, object)`` for each non-blank line. A line that is not valid JSON raises RecordError
     naming the line, or with ``skip_invalid`` is counted in ``report`` and passed over."""
     path = Path(path)
-    with open(path, encoding="utf-8", newline="\n") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                err = RecordError(path, lineno, None, f"invalid JSON ({exc.msg} at column {exc.colno})")
-                if not skip_invalid:
-                    raise err from None
-                if report is not None:
-                    report.skip(err)
-                continue
-            yield lineno, obj
+    for lineno, line in enumerate(text_lines(path, newline="\n"), start=1):
+        line = line.rstrip("\r\n")
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            err = RecordError(path, lineno, None, json_error_message(exc))
+            if not skip_invalid:
+                raise err from None
+            if report is not None:
+                report.skip(err)
+            continue
+        yield lineno, obj
 
 
 def read_json(path: str | Path) -> Any:
     """Load a whole JSON document, naming the file (and line) when it is not valid JSON."""
     path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no such file")
+    text = read_text(path)
     try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise RecordError(path, exc.lineno, None, f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+        raise RecordError(path, exc.lineno, None, json_error_message(exc)) from None
 
 
 def collect(

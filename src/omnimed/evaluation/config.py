@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
-from omnimed.data.artifacts import PathsConfig
+from omnimed.data.artifacts import MAX_FAILED_SHARE, PathsConfig
 from omnimed.knowledge.config import KnowledgeConfig
 from omnimed.models.config import ModelConfig
 from omnimed.tracking import LoggerConfig
@@ -29,6 +29,8 @@ class EvaluateConfig:
     experiment: Optional[str] = None
     run_name: Optional[str] = None
     seed: int = 0
+    # the share of questions whose backend calls may fail (counted as wrong) before the run fails with no metrics
+    max_failed_share: float = MAX_FAILED_SHARE
 
 
 def register_evaluate_configs() -> None:

@@ -12,6 +12,7 @@ most frequent teacher token, the accuracy of a critic that always says it; ``<ty
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,10 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
-from omnimed.evaluation.runner import finish_run
+from omnimed.data.artifacts import RunFailed, check_failures, describe_backend
+from omnimed.evaluation.runner import finish_run, write_predictions
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -91,11 +95,22 @@ def run_critic_evaluation(cfg, output_dir) -> CriticResult:
         for e, lp, g in zip(items, scored, free):
             pred = max(choices, key=lambda t: lp.get(t, float("-inf")))
             rows.append({"id": e.id, "type": kind, "gold": e.output, "prediction": pred,
-                         "correct": pred == e.output, "free": g[0].text,
+                         "correct": pred == e.output, "free": g[0].text, "error": g[0].error,
                          "free_valid": g[0].error is None and method.read_label(g[0].text, kind) is not None,
                          "logprobs": lp})
+    errors = [r["error"] for r in rows if r["error"]]
+    try:  # a failed free generation is not an outside token: too many of them fail the run
+        note = check_failures(errors, len(rows), what=f"critic of pipeline={method.name} on {jsonl}",
+                              backend=describe_backend(backend), max_share=cfg.max_failed_share,
+                              unit="examples",
+                              kept=f"each example's error is in {output_dir / 'predictions.jsonl'}")
+    except RunFailed:
+        write_predictions(output_dir / "predictions.jsonl", rows)
+        raise
+    if note:
+        log.warning(note)
 
-    metrics: dict[str, float] = {"n": float(len(rows))}
+    metrics: dict[str, float] = {"n": float(len(rows)), "failed_generations": float(len(errors))}
     confusion: dict[str, dict] = {}
     overall = accuracy([r["correct"] for r in rows], n_resamples=cfg.task.bootstrap_resamples, seed=cfg.seed)
     metrics.update(overall.as_dict("accuracy"))
@@ -106,7 +121,8 @@ def run_critic_evaluation(cfg, output_dir) -> CriticResult:
         acc = accuracy([r["correct"] for r in mine], n_resamples=cfg.task.bootstrap_resamples, seed=cfg.seed)
         metrics.update(acc.as_dict(f"{kind}/accuracy"))
         metrics[f"{kind}/n"] = float(len(mine))
-        metrics[f"{kind}/outside_rate"] = sum(not r["free_valid"] for r in mine) / len(mine)
+        freed = [r for r in mine if not r["error"]]
+        metrics[f"{kind}/outside_rate"] = sum(not r["free_valid"] for r in freed) / max(1, len(freed))
         metrics[f"{kind}/majority"] = Counter(r["gold"] for r in mine).most_common(1)[0][1] / len(mine)
         per = per_class_accuracy([r["gold"] for r in mine], [r["prediction"] for r in mine], choices)
         metrics[f"{kind}/macro_accuracy"] = per["macro"]

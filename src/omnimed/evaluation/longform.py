@@ -14,6 +14,7 @@ from typing import Any
 
 from omnimed.data.records import OpenQuestion
 from omnimed.evaluation.metrics import (
+    JUDGE_FAILED,
     STATEMENT_LABELS,
     UNPARSED,
     judge_statements,
@@ -24,14 +25,17 @@ from omnimed.evaluation.metrics import (
 
 def score_answers(questions: Sequence[OpenQuestion], answers: Sequence[str | None], judge,
                   ) -> tuple[list[dict[str, Any]], dict[str, float]]:
-    """Per answer: its statements and their labels; and the averaged metrics."""
+    """Per answer: its statements, their labels and the judge's error when a call failed (``judge_error``); and
+    the averaged metrics."""
     if len(questions) != len(answers):
         raise ValueError(f"{len(answers)} answers for {len(questions)} questions")
     per_answer: list[dict[str, Any]] = []
     for q, answer in zip(questions, answers):
         statements = split_statements(answer or "")
         labels = judge_statements(judge, q.reference_answer, statements, question=q.question, question_id=q.id)
-        per_answer.append({"statements": statements, "labels": labels, "ratios": statement_ratios(labels)})
+        failed = next((x.removeprefix(JUDGE_FAILED) for x in labels if x.startswith(JUDGE_FAILED)), None)
+        per_answer.append({"statements": statements, "labels": labels, "ratios": statement_ratios(labels),
+                           "judge_error": failed})
     judged = [a for a in per_answer if a["statements"]]
     metrics: dict[str, float] = {"answers_without_statements": float(len(per_answer) - len(judged))}
     for label in (*STATEMENT_LABELS, UNPARSED):

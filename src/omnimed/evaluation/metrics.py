@@ -157,6 +157,10 @@ def split_statements(text: str) -> list[str]:
     return [s for s in out if any(ch.isalnum() for ch in s)]
 
 
+#: the label of a statement whose judge call failed, followed by the backend's error
+JUDGE_FAILED = "failed: "
+
+
 def parse_judge_label(text: str) -> str | None:
     """The verdict in the judge's last ``<label>`` tag (``not mentioned`` / ``not-mentioned`` read as
     ``not_mentioned``); a reply that is nothing but a verdict word also counts. None when neither is there."""
@@ -170,7 +174,8 @@ def judge_statements(backend, reference: str, statements: Sequence[str], *, ques
                      question_id: str | None = None, params=None) -> list[str]:
     """The judge's verdict for each statement against ``reference``, in one backend call.
 
-    A reply with no readable verdict, or a failed call, is labelled ``"unparsed"``: it stays in the count (see
+    A reply with no readable verdict is labelled ``"unparsed"``, a failed call ``"failed: <the backend's error>"``
+    (which the ratios count as unparsed, and an evaluation counts as a failed call); both stay in the count (see
     :func:`statement_ratios`) and a warning names how many and the first reply.
     """
     from omnimed.evaluation.judge_prompt import statement_judge_messages
@@ -190,7 +195,7 @@ def judge_statements(backend, reference: str, statements: Sequence[str], *, ques
         label = parse_judge_label(first.text) if first is not None and not first.error else None
         if label is None:
             bad.append((first.error or first.text) if first is not None else "<no generation>")
-        labels.append(label or UNPARSED)
+        labels.append(label or (f"{JUDGE_FAILED}{first.error}" if first is not None and first.error else UNPARSED))
     if bad:
         log.warning("statement judge: %d of %d replies unreadable, first: %r", len(bad), len(labels), bad[0][:200])
     return labels

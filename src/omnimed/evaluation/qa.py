@@ -15,15 +15,19 @@ sum). With one seed this is exactly :func:`omnimed.evaluation.metrics.accuracy`.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from omnimed.data.artifacts import RunFailed, check_failures, describe_backend
 from omnimed.data.records import MultipleChoiceQuestion, OpenQuestion
-from omnimed.evaluation.runner import finish_run
+from omnimed.evaluation.runner import finish_run, write_predictions
 from omnimed.generation.factory import BackendConfig
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -91,12 +95,14 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
         judge = run_backend(cfg.task.judge, model=cfg.model, knowledge=cfg.knowledge, cache_root=cfg.paths.cache)
 
     outcomes: dict[int, list[bool | None]] = {}  # seed -> per question: correct, wrong, or None (no answer)
+    failures: dict[int, list[tuple[str, str]]] = {}  # seed -> (backend, error) per question whose call failed
+    answered: dict[int, list[Any]] = {}  # seed -> the method's answers
     judged: dict[int, dict[str, float]] = {}  # seed -> long-form statement metrics
     own: dict[int, dict[str, float]] = {}  # seed -> the method's own metrics
     rows: list[dict[str, Any]] = []
     problems: dict[str, float] = {}
     for seed in dict.fromkeys(cfg.task.seeds):  # a repeated seed would only repeat its run
-        answers = method.answer(questions, backend, kb, seed=seed)
+        answers = answered[seed] = method.answer(questions, backend, kb, seed=seed)
         outcomes[seed] = [None if a.prediction is None else bool(a.correct) for a in answers]
         own[seed] = method.metrics(answers)
         extras = [dict(a.extras) for a in answers]
@@ -104,15 +110,33 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
             per_answer, judged[seed] = score_answers(questions, [a.prediction for a in answers], judge)
             for extra, judgement in zip(extras, per_answer):
                 extra.update(statements=judgement["statements"], labels=judgement["labels"])
+        failures[seed] = []
         for q, a, extra in zip(questions, answers, extras):
-            if a.problem:
+            error = a.error or extra.pop("judge_error", None)
+            if error:  # the call failed: counted apart from answers that came back unreadable
+                failures[seed].append((describe_backend(backend if a.error else judge), error))
+            elif a.problem:
                 problems[a.problem.split(":")[0]] = problems.get(a.problem.split(":")[0], 0) + 1
             rows.append({
                 "seed": seed, "question_id": q.id,
                 "gold": q.reference_answer if longform else q.answer, "prediction": a.prediction,
-                "correct": bool(a.correct), "problem": a.problem, "evidence": a.evidence, "output": a.raw, **extra,
+                "correct": bool(a.correct), "problem": a.problem, "evidence": a.evidence, "output": a.raw,
+                "error": error, **extra,
             })
-    metrics = seed_summary(outcomes, n_resamples=cfg.task.bootstrap_resamples)
+    failed = [f for seed in failures for f in failures[seed]]
+    try:
+        note = check_failures([e for _, e in failed], len(rows), backend=failed[0][0] if failed else "",
+                              what=f"pipeline={method.name} on task.dataset={cfg.task.dataset}",
+                              max_share=cfg.max_failed_share, unit="questions",
+                              kept=f"each question's error is in {output_dir / 'predictions.jsonl'}")
+    except RunFailed:
+        write_predictions(output_dir / "predictions.jsonl", rows)  # for the audit; no metrics.json
+        raise
+    if note:
+        log.warning(note)
+    unanswered = {seed: sum(a.error is not None for a in answers) for seed, answers in answered.items()}
+    metrics = seed_summary(outcomes, n_resamples=cfg.task.bootstrap_resamples, failed=unanswered)
+    metrics["failed_generations"] = len(failed) / len(failures)  # the judge's failed calls too
     if longform:  # open answers are judged, not right or wrong: drop accuracy, keep counts of missing answers
         metrics = {k: v for k, v in metrics.items() if not k.startswith("accuracy")}
         for key in next(iter(judged.values())):
@@ -131,7 +155,7 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
 
 
 def seed_summary(outcomes: dict[int, Sequence[bool | None]], *, n_resamples: int = 1000,
-                 confidence: float = 0.95) -> dict[str, float]:
+                 confidence: float = 0.95, failed: dict[int, int] | None = None) -> dict[str, float]:
     """Accuracy over several seeds of the same questions (``outcomes``: seed -> per question True / False / None
     for no answer, which counts as wrong).
 
@@ -141,7 +165,8 @@ def seed_summary(outcomes: dict[int, Sequence[bool | None]], *, n_resamples: int
     bootstrap's generator is seeded with the first seed). With one seed this equals
     :func:`omnimed.evaluation.metrics.accuracy` (binomial SE, the same interval). ``n`` is the number of questions
     (each seed answers all of them); ``missing_answers`` the mean per seed of outputs without an answer, next to
-    each seed's count and the total.
+    each seed's count and the total. ``failed``: seed -> answers whose backend call failed (wrong in accuracy,
+    like a missing answer, but reported apart as ``failed_generations``: the mean per seed, and each seed's).
     """
     import numpy as np
 
@@ -167,17 +192,20 @@ def seed_summary(outcomes: dict[int, Sequence[bool | None]], *, n_resamples: int
                        method="percentile", vectorized=True, batch=max(1, 2_000_000 // n),
                        rng=np.random.default_rng(seeds[0]))
         low, high = float(ci.confidence_interval.low), float(ci.confidence_interval.high)
-    missing = {s: sum(c is None for c in outcomes[s]) for s in seeds}
+    failed = {s: (failed or {}).get(s, 0) for s in seeds}
+    missing = {s: sum(c is None for c in outcomes[s]) - failed[s] for s in seeds}
     metrics = {
         "accuracy": mean, "accuracy_std": std, "seeds": float(len(seeds)),
         "accuracy_stderr": stderr, "accuracy_ci_low": low, "accuracy_ci_high": high,
         "n": float(n), "missing_answers": sum(missing.values()) / len(seeds),
         "missing_answers_total": float(sum(missing.values())),
+        "failed_generations": sum(failed.values()) / len(seeds),
     }
     if len(seeds) > 1:
         for s, value in zip(seeds, per_seed):
             metrics[f"accuracy/seed_{s}"] = float(value)
             metrics[f"missing_answers/seed_{s}"] = float(missing[s])
+            metrics[f"failed_generations/seed_{s}"] = float(failed[s])
     return metrics
 
 
@@ -201,6 +229,9 @@ def report(result: QAResult, cfg: Any, console: Any) -> float | None:
                           + (f", {count:.2f} per answer" if count is not None else ""))
         table.add_row("questions", f"{m['n']:.0f} x {m['seeds']:.0f} seed(s); "
                                    f"{m['answers_without_statements']:.0f} answers without statements")
+    if m.get("failed_generations"):
+        table.add_row("failed backend calls", f"{m['failed_generations']:.0f} (wrong in the score; see "
+                                              "predictions.jsonl's error)")
     table.add_row("missing / malformed answers", f"{m['missing_answers']:.0f}"
                   + (f"  ({', '.join(f'{k}: {v}' for k, v in result.problems.items())})" if result.problems else ""))
     table.add_row("outputs", f"{result.output_dir}/metrics.json, predictions.jsonl"

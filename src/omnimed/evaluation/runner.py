@@ -14,6 +14,21 @@ from omnimed.data.artifacts import atomic_path, atomic_write_json
 #: a W&B Table: name -> (columns, rows)
 Tables = Mapping[str, tuple[Sequence[str], Sequence[Sequence[Any]]]]
 
+#: what a failed run leaves in its folder instead of metrics.json: ``{"reason": ...}``, which a table cell shows
+FAILED_FILE = "failed.json"
+
+
+def start_run(output_dir: Path) -> None:
+    """Clear the result files an earlier run left in ``output_dir`` (a reproduced table reuses its run folders), so
+    a run that fails now never shows the earlier run's numbers."""
+    for name in ("metrics.json", FAILED_FILE):
+        (output_dir / name).unlink(missing_ok=True)
+
+
+def record_failure(output_dir: Path, reason: str) -> None:
+    """Leave ``failed.json`` with the one-line ``reason`` in the run folder of a run that failed."""
+    atomic_write_json(output_dir / FAILED_FILE, {"reason": reason})
+
 
 def write_predictions(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
     """One JSON line per prediction, written atomically."""

@@ -163,8 +163,14 @@ class KnowledgeBase:
 
     def search_plan(self, plan: Plan | str, k: int | None = None, *, method: str | None = None) -> PlanSearch:
         """Search every query of an Omni-RAG plan in its source; a plan string is parsed as far as it is valid
-        and its problems are returned (a source this base lacks is reported, not fatal)."""
+        and its problems are returned (a source this base lacks is reported, not fatal). Anything else (None, a
+        dict, ...) is a caller's mistake and raises TypeError naming what was expected."""
         problems: list[str] = []
+        if not isinstance(plan, (Plan, str)):
+            raise TypeError(
+                f"search_plan expects a Plan or an Omni-RAG plan string ('<book>q0 ; q1</book>...'), "
+                f"got {type(plan).__name__}"
+            )
         if isinstance(plan, str):
             from omnimed.knowledge.plan import parse_plan
 

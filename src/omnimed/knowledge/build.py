@@ -30,7 +30,7 @@ from omnimed.data.io import read_records, write_records
 from omnimed.data.records import Passage
 from omnimed.knowledge.base import KnowledgeBase, SourceIndex
 from omnimed.knowledge.config import TEXT_SOURCES, KnowledgeConfig
-from omnimed.knowledge.corpus import SourceCorpus, check_sources, load_source
+from omnimed.knowledge.corpus import SourceCorpus, check_inputs, check_sources, load_source
 from omnimed.knowledge.types import KnowledgeError, index_text
 
 console = Console(stderr=True)
@@ -90,8 +90,8 @@ def build_knowledge_base(
     from omnimed.knowledge.embedding_cache import EmbeddingCache
 
     _check(cfg)
+    check_inputs(cfg)  # config and input paths first: a refused build loads no model and creates no folder
     base_dir = Path(root) / cfg.index_dir / cfg.name
-    base_dir.mkdir(parents=True, exist_ok=True)
     encoder = build_encoder(cfg) if "dense" in cfg.indexes else None
     cache = EmbeddingCache(Path(root) / cfg.index_dir / "embeddings") if encoder is not None else None
     sources: dict[str, SourceIndex] = {}
@@ -100,6 +100,7 @@ def build_knowledge_base(
     for source in cfg.sources:
         started = time.perf_counter()
         corpus = load_source(cfg, source)
+        base_dir.mkdir(parents=True, exist_ok=True)  # once a source has read: an unreadable corpus leaves none
         if source == "graph":
             graph, row = _graph(cfg, corpus, base_dir)
         else:
@@ -109,6 +110,7 @@ def build_knowledge_base(
     if report is not None:
         report.extend(rows)
     reranker = build_reranker(cfg, encoder) if cfg.rerank.enabled else None
+    base_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(base_dir / "manifest.json", {
         "name": cfg.name,
         "config": dataclasses.asdict(cfg),

@@ -151,7 +151,10 @@ class KnowledgeConfig:
     ``corpus``: ``world`` (the synthetic world of ``world_seed`` / ``world_size``), ``realdata`` (the real files
     under ``realdata_root``: OpenStax, NGC, PubMedQA abstracts, MedQuAD, Disease Ontology + Hetionet) or ``files``
     (``files[source]`` lists files of that source's format, e.g. the MedOmniKB corpora; ``graph_dir`` a folder
-    laid out like realdata's ``graph/``).
+    laid out like realdata's ``graph/``). ``files`` is a free-keyed dict, empty by default so that the settings
+    keys of world and realdata bases do not change; a YAML of a files corpus lists the sources it reads (see
+    ``conf/knowledge/medomnikb.yaml``) so that ``knowledge.files.book=[...]`` overrides a key Hydra knows
+    (elsewhere add one with ``+knowledge.files.book=[...]``).
     ``indexes`` lists what is built per text source (bm25, dense); ``retriever`` is what ``search`` uses by
     default (bm25 | dense | hybrid = reciprocal-rank fusion of the top ``fusion_depth`` of each, constant
     ``fusion_k``). ``chunking``: ``default`` for every text source, overridden per source field by field

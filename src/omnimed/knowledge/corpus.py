@@ -15,11 +15,24 @@ from pathlib import Path
 from typing import Any
 
 from omnimed.data.loaders.knowledge_graph import KnowledgeGraph
+from omnimed.data.loaders.realdata_layout import (
+    BOOK_FILE,
+    DO_OBO,
+    GRAPH_DIR,
+    GUIDELINE_FILE,
+    HETIONET_EDGES,
+    HETIONET_NODES,
+    WIKI_FILE,
+    find_graph_dir,
+    locate,
+)
 from omnimed.data.records import SOURCE_KINDS, Passage
 from omnimed.knowledge.config import CORPORA, KnowledgeConfig
 from omnimed.knowledge.types import KnowledgeError
 
 PUBMEDQA_FILE = "research/pubmedqa/data/ori_pqal.json"
+#: the file each text source (but research) reads in the realdata layout
+REALDATA_FILES = {"book": BOOK_FILE, "guideline": GUIDELINE_FILE, "wiki": WIKI_FILE}
 
 
 @dataclass
@@ -52,6 +65,45 @@ def check_sources(sources: list[str]) -> None:
     unknown = [s for s in sources if s not in SOURCE_KINDS]
     if unknown:
         raise KnowledgeError(f"knowledge.sources: unknown source(s) {unknown}; known: {', '.join(SOURCE_KINDS)}")
+
+
+def check_inputs(cfg: KnowledgeConfig) -> None:
+    """Fail, naming the config key, when a file or folder that a source of ``cfg`` reads is missing: cheap checks
+    (no parsing) so that a build refuses bad inputs before it loads a model or creates an index folder. The
+    loaders still check the contents (an empty or malformed file)."""
+    check_sources(list(cfg.sources))
+    if cfg.corpus not in CORPORA:
+        raise KnowledgeError(f"knowledge.corpus={cfg.corpus!r}; expected one of {', '.join(CORPORA)}")
+    if cfg.corpus == "realdata":
+        root = realdata_root(cfg)
+        for source in cfg.sources:
+            try:
+                if source == "graph":
+                    _check_graph_files(root / GRAPH_DIR)
+                elif source == "research":
+                    if not (root / PUBMEDQA_FILE).is_file():
+                        raise FileNotFoundError(f"{root}: expected {PUBMEDQA_FILE!r} here; not found")
+                else:
+                    locate(root, REALDATA_FILES[source])
+            except FileNotFoundError as exc:
+                raise KnowledgeError(f"knowledge.realdata_root={root}: source {source}: {exc}") from None
+    elif cfg.corpus == "files":
+        for source in cfg.sources:
+            if source != "graph":
+                _file_paths(cfg, source)  # each listed path exists; its format is the loader's to check
+                continue
+            try:
+                _check_graph_files(_graph_dir(cfg))
+            except FileNotFoundError as exc:
+                raise KnowledgeError(f"knowledge.graph_dir={cfg.graph_dir}: {exc}") from None
+
+
+def _check_graph_files(where: Path) -> None:
+    """The Disease Ontology and Hetionet files that :func:`realdata_graph` reads from ``where`` exist."""
+    locate(where, f"{GRAPH_DIR}/{DO_OBO}")
+    graph = find_graph_dir(where)
+    locate(graph, HETIONET_NODES)
+    locate(graph, HETIONET_EDGES, want_dir=True)
 
 
 def load_source(cfg: KnowledgeConfig, source: str) -> SourceCorpus:
@@ -116,7 +168,6 @@ def realdata_root(cfg: KnowledgeConfig) -> Path:
 def _realdata_source(cfg: KnowledgeConfig, source: str) -> SourceCorpus:
     from omnimed.data.loaders.pubmedqa_bioasq import load_pubmedqa_corpus
     from omnimed.data.loaders.realdata import CORPUS_LOADERS
-    from omnimed.data.loaders.realdata_layout import GRAPH_DIR
     from omnimed.knowledge.graph_sources import realdata_graph
 
     root = realdata_root(cfg)
@@ -136,24 +187,38 @@ def _files_source(cfg: KnowledgeConfig, source: str) -> SourceCorpus:
     from omnimed.knowledge.graph_sources import realdata_graph
 
     if source == "graph":
-        if not cfg.graph_dir:
-            raise KnowledgeError("knowledge.graph_dir is unset: the graph source of corpus=files needs a folder "
-                                 "laid out like realdata's graph/ (Disease Ontology + Hetionet)")
-        return SourceCorpus(source, graph=realdata_graph(Path(cfg.graph_dir)), origin=cfg.graph_dir)
-    paths = cfg.files.get(source) or []
-    if not paths:
-        raise KnowledgeError(f"knowledge.files.{source} lists no files; expected paths in the {source} format "
-                             "or omnimed record sets (folders with manifest.json)")
+        return SourceCorpus(source, graph=realdata_graph(_graph_dir(cfg)), origin=str(cfg.graph_dir))
     passages: list[Passage] = []
-    for raw in paths:
-        path = Path(raw).expanduser()
-        if not path.exists():
-            raise KnowledgeError(f"knowledge.files.{source}: {path}: no such file or folder")
+    for path in _file_paths(cfg, source):
         if (path / "manifest.json").is_file():
             records = [p for p in load_record_set(path, Passage) if p.source == source]
         else:
-            records = [r for r in load_format(source, path) if isinstance(r, Passage)]
+            try:
+                records = [r for r in load_format(source, path) if isinstance(r, Passage)]
+            except (FileNotFoundError, IsADirectoryError) as exc:  # a folder without the file: name the key too
+                raise KnowledgeError(f"knowledge.files.{source}: {exc}") from None
         if not records:
             raise KnowledgeError(f"knowledge.files.{source}: {path} holds no {source} passages")
         passages.extend(records)
-    return SourceCorpus(source, passages, origin=", ".join(paths))
+    return SourceCorpus(source, passages, origin=", ".join(cfg.files.get(source) or []))
+
+
+def _graph_dir(cfg: KnowledgeConfig) -> Path:
+    """``knowledge.graph_dir`` of a files corpus, which must be set."""
+    if not cfg.graph_dir:
+        raise KnowledgeError("knowledge.graph_dir is unset: the graph source of corpus=files needs a folder "
+                             "laid out like realdata's graph/ (Disease Ontology + Hetionet)")
+    return Path(cfg.graph_dir).expanduser()
+
+
+def _file_paths(cfg: KnowledgeConfig, source: str) -> list[Path]:
+    """The paths ``knowledge.files.<source>`` lists, each of which must exist."""
+    listed = cfg.files.get(source) or []
+    if not listed:
+        raise KnowledgeError(f"knowledge.files.{source} lists no files; expected paths in the {source} format "
+                             "or omnimed record sets (folders with manifest.json)")
+    paths = [Path(raw).expanduser() for raw in listed]
+    for path in paths:
+        if not path.exists():
+            raise KnowledgeError(f"knowledge.files.{source}: {path}: no such file or folder")
+    return paths

@@ -12,7 +12,10 @@ from typing import Any
 class Answer:
     """One answered question. ``prediction``: an option letter (``"A,C"`` for several), or an open answer's text;
     None when no usable answer came back, and then ``problem`` says why (it counts as wrong, never as dropped).
-    ``evidence``: ids of the passages the answer was given with. ``extras``: JSON-able, method-specific fields."""
+    ``evidence``: ids of the passages the answer was given with. ``extras``: JSON-able, method-specific fields.
+    ``error``: set when a backend call for this question failed (connection, timeout, server error): the method
+    could not answer at all, which evaluations count apart from answers that could not be read, and a run with too
+    many of them fails instead of reporting a score."""
 
     question_id: str
     prediction: str | None
@@ -21,3 +24,4 @@ class Answer:
     evidence: list[str] = field(default_factory=list)
     raw: str = ""
     extras: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None

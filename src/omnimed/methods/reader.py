@@ -35,7 +35,9 @@ _WRAPPERS = " \t\n\"'`*"
 class ReaderOutput:
     """One answered question. ``prediction``: the option letter (``"A,C"`` for a multi-answer question) or the
     open answer's text; None when no usable answer came back, in which case ``problem`` says why and ``correct``
-    is False. ``passage_ids``: the evidence actually shown, after ``max_passages``."""
+    is False. ``passage_ids``: the evidence actually shown, after ``max_passages``. ``error``: the backend's error
+    when the call itself failed (connection, timeout, server), which an evaluation counts apart from unparsable
+    answers."""
 
     question_id: str
     prediction: str | None
@@ -44,6 +46,7 @@ class ReaderOutput:
     problem: str | None = None
     prompt_hash: str = ""
     passage_ids: list[str] = field(default_factory=list)
+    error: str | None = None
 
 
 # ------------------------------------------------------------------------------------------------ parsing
@@ -235,7 +238,7 @@ class Reader:
             prediction = ",".join(letters) if letters else None
             correct = letters is not None and sorted(letters) == sorted(q.answer)
             out.append(ReaderOutput(q.id, prediction, correct, raw, _problem(gen, problem), prompt_hash(req.prompt),
-                                    list(req.meta["passage_ids"])))
+                                    list(req.meta["passage_ids"]), gen.error if gen is not None else None))
         return out
 
     def _mcq_by_logprob(self, questions: Sequence[MultipleChoiceQuestion],
@@ -272,5 +275,6 @@ class Reader:
             else:
                 answer, problem = parse_open_answer(gen.text)
             out.append(ReaderOutput(q.id, answer, False, gen.text if gen is not None else "", _problem(gen, problem),
-                                    prompt_hash(req.prompt), list(req.meta["passage_ids"])))
+                                    prompt_hash(req.prompt), list(req.meta["passage_ids"]),
+                                    gen.error if gen is not None else None))
         return out

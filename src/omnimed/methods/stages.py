@@ -11,7 +11,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from omnimed.data.artifacts import PathsConfig, StageResult
+from omnimed.data.artifacts import MAX_FAILED_SHARE, PathsConfig, StageResult
 from omnimed.knowledge.config import KnowledgeConfig
 from omnimed.models.config import ModelConfig
 
@@ -19,7 +19,9 @@ from omnimed.models.config import ModelConfig
 @dataclass
 class BuildConfig:
     """``omnimed-build``: ``stage`` (validated by its own schema) run with ``backend`` (the teacher or critic),
-    ``model`` (what ``backend=hf`` serves when ``backend.model`` is unset) and ``knowledge`` (the evidence)."""
+    ``model`` (what ``backend=hf`` serves when ``backend.model`` is unset) and ``knowledge`` (the evidence).
+    ``max_failed_share``: the share of the stage's items whose backend calls may fail (they are asked again by the
+    next run) before the stage fails without a manifest."""
 
     stage: Any = MISSING
     backend: Any = None
@@ -27,16 +29,19 @@ class BuildConfig:
     knowledge: KnowledgeConfig = field(default_factory=KnowledgeConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
     progress: bool = True
+    max_failed_share: float = MAX_FAILED_SHARE
 
 
 class StageContext:
-    """What a stage may use, each built on first use: the run's backend (teacher, critic), the knowledge base."""
+    """What a stage may use, each built on first use: the run's backend (teacher, critic), the knowledge base; and
+    ``max_failed``, the share of items whose calls may fail."""
 
     def __init__(self, cfg: BuildConfig, log: Callable[..., None] = print) -> None:
         self.cfg = cfg
         self.knowledge = cfg.knowledge
         self.root = Path(cfg.paths.root)
         self.progress = cfg.progress
+        self.max_failed = cfg.max_failed_share
         self.log = log
 
     @cached_property
@@ -61,6 +66,8 @@ def run_stage(cfg: BuildConfig, log: Callable[..., None] = print) -> StageResult
         stage = get_stage(cfg.stage.name)
     except KeyError as exc:
         raise SystemExit(exc.args[0]) from None
+    if not 0 <= cfg.max_failed_share <= 1:
+        raise ValueError(f"max_failed_share={cfg.max_failed_share}: expected a share between 0 and 1")
     return stage.run(cfg.stage, StageContext(cfg, log))
 
 

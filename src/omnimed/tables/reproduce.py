@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from omnimed.evaluation.datasets import dataset_status, known_datasets
+from omnimed.evaluation.runner import FAILED_FILE
 from omnimed.tables.manifest import (
     ManifestError,
     PrepareStep,
@@ -236,10 +237,13 @@ def run_prepare(manifest: TableManifest, preset: str, runs_dir: Path, extra: lis
 
 
 def read_cell(run_dir: Path, manifest: TableManifest, column: str) -> Cell:
-    """Our number for one (run, column), on the paper's scale; a run without metrics.json is ``failed``."""
+    """Our number for one (run, column), on the paper's scale; a run without metrics.json is ``failed``, with the
+    reason it left in failed.json."""
     path = run_dir / "metrics.json"
     if not path.is_file():
-        return Cell(status="failed", run_dir=str(run_dir))
+        failed = run_dir / FAILED_FILE
+        reason = json.loads(failed.read_text()).get("reason", "") if failed.is_file() else ""
+        return Cell(status=f"failed: {reason[:240]}" if reason else "failed", run_dir=str(run_dir))
     metrics = json.loads(path.read_text())
     key = manifest.metric_for(column)
     if key not in metrics:

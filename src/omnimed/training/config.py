@@ -1,8 +1,10 @@
 """Structured configs of a training run. Hydra validates every group against these dataclasses at compose time,
-so a wrong key or type fails before any work starts and names the key."""
+so a wrong key or type fails before any work starts and names the key; :func:`validate_train_config` checks the
+values (a learning rate > 0, ``data.path`` for ``data=records``, ...) before the run creates any folder."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -102,6 +104,57 @@ class TrainConfig:
     run_name: Optional[str] = None
     # "last" resumes the newest checkpoint of this run name; "auto" resumes run_name if it has one, else starts it
     ckpt_path: Optional[str] = None
+
+
+#: data.source values that load_examples reads
+DATA_SOURCES: tuple[str, ...] = ("world", "records")
+PROFILERS: tuple[str, ...] = ("simple", "advanced", "pytorch")
+
+
+def config_problems(cfg: TrainConfig) -> list[str]:
+    """What is wrong with the values of a run's config, one ``key=value: expected ...`` per problem.
+
+    The schema checks types and keys at compose time; these are the checks of values (ranges, required keys of
+    a choice) that would otherwise surface late: after folders are created, or deep inside ``fit`` as an opaque
+    optimizer or Lightning error. Checks that belong to one objective (e.g. the SFT schedulers) stay with it."""
+    t, d, tr = cfg.task, cfg.data, cfg.trainer
+    problems: list[str] = []
+
+    def need(ok: bool, key: str, value: Any, expected: str) -> None:
+        if not ok:
+            problems.append(f"{key}={value!r}: expected {expected}")
+
+    need(math.isfinite(t.lr) and t.lr > 0, "task.lr", t.lr, "a learning rate > 0")
+    need(math.isfinite(t.weight_decay) and t.weight_decay >= 0, "task.weight_decay", t.weight_decay, "a value >= 0")
+    need(0 <= t.warmup_ratio <= 1, "task.warmup_ratio", t.warmup_ratio, "a share between 0 and 1")
+    need(t.max_length > 0, "task.max_length", t.max_length, "a number of tokens > 0")
+    need(d.source in DATA_SOURCES, "data.source", d.source, f"one of {', '.join(DATA_SOURCES)}")
+    if d.source == "records" and not d.path:
+        problems.append(f"data.path is not set: data={d.name} (data.source=records) reads a records.jsonl or an "
+                        "omnimed-data output folder; set data.path=DIR")
+    need(d.batch_size > 0, "data.batch_size", d.batch_size, "a batch size > 0")
+    need(0 <= d.val_fraction < 1, "data.val_fraction", d.val_fraction, "a share in [0, 1)")
+    need(d.max_examples is None or d.max_examples >= 0, "data.max_examples", d.max_examples,
+         "null or a count >= 0 (null and 0: every example)")
+    need(d.num_workers >= 0, "data.num_workers", d.num_workers, "a count >= 0")
+    need(tr.num_nodes >= 1, "trainer.num_nodes", tr.num_nodes, "a count >= 1")
+    need(tr.accumulate_grad_batches >= 1, "trainer.accumulate_grad_batches", tr.accumulate_grad_batches,
+         "a count >= 1")
+    need(tr.gradient_clip_val is None or tr.gradient_clip_val >= 0, "trainer.gradient_clip_val",
+         tr.gradient_clip_val, "null or a value >= 0")
+    need(cfg.debug.profiler in (None, "", *PROFILERS), "debug.profiler", cfg.debug.profiler,
+         f"null or one of {', '.join(PROFILERS)}")
+    if cfg.ckpt_path == "auto" and not cfg.run_name:
+        problems.append("ckpt_path=auto needs run_name (the run to continue or start)")
+    return problems
+
+
+def validate_train_config(cfg: TrainConfig) -> None:
+    """Raise ValueError listing every problem :func:`config_problems` finds (on one line), before a run creates
+    anything: an invalid config must leave no checkpoint folder behind."""
+    problems = config_problems(cfg)
+    if problems:
+        raise ValueError("invalid training config: " + "; ".join(problems))
 
 
 #: each group of ``conf/train.yaml`` and the dataclass that validates it (``<group>_schema``)

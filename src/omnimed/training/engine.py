@@ -4,15 +4,22 @@ Layout of a run (``checkpoints/<task>/<run>/``): ``lightning/`` (resumable check
 export that ``from_pretrained`` loads: full model or LoRA adapter, optional ``hf/merged``), ``config.yaml`` (the
 resolved config), ``versions.json`` (package versions and git state). The Hydra run directory gets ``metrics.json``
 (flat name -> value) and the logger's files.
+
+Without ``run_name`` a run is named ``<model>_<data>_s<seed>[_j<NNN>]_<config key>`` (:func:`default_run_name`; no
+clock), with ``-2``, ``-3``, ... when that folder exists. The config is validated and the examples are read before
+the run's folder is created, so an invalid config or input leaves nothing behind.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
+import os
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +29,7 @@ from lightning.pytorch import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from omnimed.data.artifacts import atomic_write_json, atomic_write_text
-from omnimed.training.config import TrainConfig
+from omnimed.training.config import TrainConfig, validate_train_config
 
 
 @dataclass
@@ -42,11 +49,48 @@ def _to_config(cfg: DictConfig | TrainConfig) -> TrainConfig:
     return OmegaConf.to_object(cfg)  # type: ignore[return-value]
 
 
+#: config keys that say where a run's files go and how it is logged, not what is trained: left out of its key
+NOT_RUN_SETTINGS = ("paths", "logger", "run_name", "ckpt_path", "hydra")
+#: a process spawned by Lightning for another rank (DDP, DeepSpeed) reads its rank 0's run name here: a default
+#: name may carry a ``-N`` suffix that only rank 0 could choose
+RUN_NAME_ENV = "_OMNIMED_RANK0_RUN_NAME"
+
+
+def run_config_key(cfg: TrainConfig, length: int = 8) -> str:
+    """A short hash of everything that decides what a run trains (the config but :data:`NOT_RUN_SETTINGS`)."""
+    config = OmegaConf.to_container(OmegaConf.structured(cfg))
+    settings = {k: v for k, v in config.items() if k not in NOT_RUN_SETTINGS}
+    blob = json.dumps(settings, sort_keys=True, default=str, ensure_ascii=False)
+    return hashlib.sha256(blob.encode()).hexdigest()[:length]
+
+
 def default_run_name(cfg: TrainConfig, job_num: int | None = None) -> str:
-    """``<model>_<data>_s<seed>_<time>``, plus ``_j<N>`` for job N of a sweep: the jobs of a parallel sweep start
-    in the same second and would otherwise share (and overwrite) one checkpoint folder."""
-    name = f"{cfg.model.name}_{cfg.data.name}_s{cfg.seed}_{time.strftime('%Y%m%d-%H%M%S')}"
-    return name if job_num is None else f"{name}_j{job_num}"
+    """``<model>_<data>_s<seed>[_j<NNN>]_<key>``: ``key`` is :func:`run_config_key`, ``_j<NNN>`` the job's number
+    in a sweep (zero-padded, so a sweep's runs sort in job order). No clock: the same command and config give the
+    same name on every rank and every machine; :func:`claim_run_dir` adds ``-2``, ``-3``, ... when a run of that
+    name already exists, so a repeated command never writes into an earlier run's folder."""
+    job = "" if job_num is None else f"_j{job_num:03d}"
+    return f"{cfg.model.name}_{cfg.data.name}_s{cfg.seed}{job}_{run_config_key(cfg)}"
+
+
+def claim_run_dir(task_dir: Path, base: str) -> Path:
+    """Create and return ``task_dir/<base>``, or ``<base>-2``, ``<base>-3``, ... the first that does not exist yet.
+    ``mkdir`` without ``exist_ok`` is the claim, so two runs started at once never get the same folder."""
+    task_dir.mkdir(parents=True, exist_ok=True)
+    n = 1
+    while True:
+        run_dir = task_dir / (base if n == 1 else f"{base}-{n}")
+        try:
+            run_dir.mkdir()
+            return run_dir
+        except FileExistsError:
+            n += 1
+
+
+def _launched_world_size() -> int:
+    """How many processes an outside launcher (torchrun, SLURM) started for this run; 1 without one."""
+    sizes = [os.environ.get(var, "") for var in ("WORLD_SIZE", "SLURM_NTASKS")]
+    return max([int(v) for v in sizes if v.isdigit()] or [1])
 
 
 def _is_rank_zero() -> bool:
@@ -92,7 +136,7 @@ def load_examples(cfg: TrainConfig) -> tuple[list, dict[str, Any]]:
         digest = hashlib.sha256("\n".join(r.to_json() for r in records).encode()).hexdigest()
         lineage = {"source": "world", "size": d.world_size, "seed": d.world_seed, "fingerprint": digest}
     elif d.source == "records":
-        from omnimed.data.io import read_records
+        from omnimed.data.io import read_json, read_records
 
         if not d.path:
             raise ValueError("data.source=records needs data.path (a records.jsonl or an omnimed-data output folder)")
@@ -104,7 +148,7 @@ def load_examples(cfg: TrainConfig) -> tuple[list, dict[str, Any]]:
         records = read_records(jsonl, cls)
         manifest = folder / "manifest.json"
         fingerprint = (
-            json.loads(manifest.read_text())["fingerprint"]
+            read_json(manifest)["fingerprint"]
             if manifest.exists()
             else hashlib.sha256(jsonl.read_bytes()).hexdigest()
         )
@@ -182,20 +226,20 @@ def train(
 
     resolved = OmegaConf.to_container(cfg_in, resolve=True) if isinstance(cfg_in, DictConfig) else None
     cfg = _to_config(cfg_in)
+    # before any work or folder: an invalid value, or an objective that is not built, fails naming the key
+    validate_train_config(cfg)
     # the task's format tokens join the model's own, once each, model's first (stable ids across tasks)
     cfg.model.special_tokens = list(dict.fromkeys([*cfg.model.special_tokens, *cfg.task.special_tokens]))
-    objective = get_objective(cfg.task.objective, cfg.task.name)  # before any work: an unbuilt one fails by name
+    objective = get_objective(cfg.task.objective, cfg.task.name)
     if cfg.trainer.num_threads:
         torch.set_num_threads(cfg.trainer.num_threads)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
 
     output_dir = Path(output_dir or cfg.paths.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
     task_dir = Path(cfg.paths.root) / cfg.paths.checkpoints / cfg.task.name
     ckpt_path = None
+    run_name: str | None
     if cfg.ckpt_path == "auto":  # resume run_name when it left a checkpoint, else start it: for scripted pipelines
-        if not cfg.run_name:
-            raise ValueError("ckpt_path=auto needs run_name (the run to continue or start)")
         last = task_dir / cfg.run_name / "lightning" / "last.ckpt"
         ckpt_path = last if last.exists() else None
         run_name = cfg.run_name
@@ -208,20 +252,24 @@ def train(
             raise FileNotFoundError(f"ckpt_path={cfg.ckpt_path}: no such checkpoint")
         run_name = cfg.run_name or ckpt_path.parent.parent.name
     else:
-        run_name = cfg.run_name or default_run_name(cfg, job_num)
-    run_dir = task_dir / run_name
-    if ckpt_path is None and not cfg.debug.fast_dev_run and (run_dir / "hf").exists():
+        run_name = cfg.run_name  # None: a default name, chosen (and its folder claimed) once the inputs are read
+    finished = run_name is not None and (task_dir / run_name / "hf").exists()
+    if finished and ckpt_path is None and not cfg.debug.fast_dev_run:
         raise FileExistsError(
-            f"run {run_name!r} already finished ({run_dir / 'hf'} exists): continue it with ckpt_path=last "
-            "(and a larger trainer.max_steps), or pick another run_name"
+            f"run {run_name!r} already finished ({task_dir / run_name / 'hf'} exists): continue it with "
+            "ckpt_path=last (and a larger trainer.max_steps), or pick another run_name"
         )
-    run_dir.mkdir(parents=True, exist_ok=True)
 
+    # the inputs, before any folder: a missing or unreadable data.path leaves nothing behind
     tokenizer = load_tokenizer(cfg.model)
     records, data_lineage = load_examples(cfg)
     datamodule = objective.datamodule(cfg, records, tokenizer)
     module = objective.module(cfg, tokenizer)
     built = build_strategy(cfg.strategy, cfg.trainer, micro_batch_size=cfg.data.batch_size)
+
+    output_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = _run_dir(cfg, task_dir, run_name, job_num)
+    run_name = run_dir.name
 
     logger = build_logger(
         cfg.logger.name,
@@ -267,7 +315,8 @@ def train(
         enable_model_summary=False,
         default_root_dir=str(output_dir),
     )
-    trainer.fit(module, datamodule=datamodule, ckpt_path=str(ckpt_path) if ckpt_path else None)
+    with _run_name_for_spawned_ranks(run_name):
+        trainer.fit(module, datamodule=datamodule, ckpt_path=str(ckpt_path) if ckpt_path else None)
 
     hf_dir = None
     if trainer.is_global_zero and not cfg.debug.fast_dev_run:
@@ -301,6 +350,50 @@ def train(
         reports = sorted(output_dir.glob("*profiler*.txt"))
         profiler_report = reports[0] if reports else None
     return TrainResult(run_dir, hf_dir, output_dir, metrics, logger_dir, list(history.losses), profiler_report)
+
+
+def _run_dir(cfg: TrainConfig, task_dir: Path, run_name: str | None, job_num: int | None) -> Path:
+    """The run's checkpoint folder, created (except under ``debug.fast_dev_run``, which writes none).
+
+    A given ``run_name`` is used as is. A default name (:func:`default_run_name`) gets a fresh folder
+    (:func:`claim_run_dir`) in the launching process; a rank that Lightning spawned takes its rank 0's choice
+    (:data:`RUN_NAME_ENV`); ranks started by an outside launcher (torchrun, SLURM) cannot agree on a suffix, so
+    they all use the plain default name and rank 0 refuses one that exists."""
+    if run_name is not None:
+        run_dir = task_dir / run_name
+    elif not _is_rank_zero() and os.environ.get(RUN_NAME_ENV):
+        return task_dir / os.environ[RUN_NAME_ENV]
+    else:
+        base = default_run_name(cfg, job_num)
+        if cfg.debug.fast_dev_run or not _is_rank_zero():
+            return task_dir / base
+        if _launched_world_size() == 1:
+            return claim_run_dir(task_dir, base)
+        run_dir = task_dir / base
+        if run_dir.exists():
+            raise FileExistsError(
+                f"run {base!r} exists ({run_dir}): the {_launched_world_size()} processes of this launch cannot "
+                f"agree on another default name; continue it with run_name={base} ckpt_path=last, or set run_name"
+            )
+    if not cfg.debug.fast_dev_run:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    return run_dir
+
+
+@contextlib.contextmanager
+def _run_name_for_spawned_ranks(run_name: str) -> Iterator[None]:
+    """While ``fit`` runs, :data:`RUN_NAME_ENV` holds the run name, so the ranks Lightning spawns (they inherit
+    the environment) write into this run's folder; restored afterwards, so that the next run of the same process
+    (a sweep job) does not inherit it."""
+    before = os.environ.get(RUN_NAME_ENV)
+    os.environ[RUN_NAME_ENV] = run_name
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(RUN_NAME_ENV, None)
+        else:
+            os.environ[RUN_NAME_ENV] = before
 
 
 def _final_metrics(trainer, history) -> dict[str, float]:

@@ -19,6 +19,9 @@ The benchmark loaders share one contract:
   record is named even where the line is ambiguous;
 * with ``skip_invalid=True`` bad records are skipped and counted in ``report`` instead;
 * JSONL is read line by line with :func:`~omnimed.data.io.iter_jsonl` (real files hold U+2028 inside strings).
+* every file is opened through :func:`~omnimed.data.io.text_lines` / :func:`~omnimed.data.io.read_text` (or
+  functions built on them), so a folder given for a file, or a byte that is not UTF-8, is a one-line error
+  naming the file (and the line) rather than a bare ``IsADirectoryError`` / ``UnicodeDecodeError``.
 
 Loader options are keyword-only; an unknown option is a ``TypeError`` rather than being silently ignored.
 """

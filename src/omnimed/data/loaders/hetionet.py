@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from omnimed.data.errors import LoadReport, RecordError
-from omnimed.data.io import collect
+from omnimed.data.io import collect, text_lines
 from omnimed.data.loaders.knowledge_graph import Concept, KnowledgeGraph, Triple, concept_key
 from omnimed.data.loaders.realdata_layout import HETIONET_EDGES, HETIONET_NODES, find_graph_dir, locate
 
@@ -26,11 +26,10 @@ _NEO4J_ID = re.compile(r"^:(START|END)_ID\((?P<kind>[^)]+)\)$")
 
 def _iter_tsv(path: Path) -> Iterator[tuple[int, list[str]]]:
     """``(line_number, cells)`` for each non-blank line of a tab-separated file (CRLF or LF)."""
-    with open(path, encoding="utf-8", newline="") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            line = line.rstrip("\r\n")
-            if line.strip():
-                yield lineno, line.split("\t")
+    for lineno, line in enumerate(text_lines(path, newline=""), start=1):
+        line = line.rstrip("\r\n")
+        if line.strip():
+            yield lineno, line.split("\t")
 
 
 def _read_nodes(path: Path, skip_invalid: bool, report: LoadReport | None) -> dict[str, Concept]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from omnimed.data.errors import LoadReport, RecordError
-from omnimed.data.io import collect, iter_jsonl
+from omnimed.data.io import collect, iter_jsonl, text_lines
 from omnimed.data.loaders.record_fields import (
     answer_letters,
     as_object,
@@ -235,10 +235,10 @@ def _mmlu_subject_split(file: Path) -> tuple[str, str]:
 def _iter_mmlu_rows(file: Path) -> Iterator[tuple[At, list[str], str, str]]:
     """Rows of one MMLU CSV with their row number (rows may span lines: quoted newlines)."""
     subject, split = _mmlu_subject_split(file)
-    with open(file, encoding="utf-8-sig", newline="") as fh:
-        for row_number, row in enumerate(csv.reader(fh), start=1):
-            if row:
-                yield At(file, row_number), row, subject, split
+    rows = csv.reader(text_lines(file, encoding="utf-8-sig", newline=""))
+    for row_number, row in enumerate(rows, start=1):
+        if row:
+            yield At(file, row_number), row, subject, split
 
 
 def _mmlu_question(item: tuple[At, list[str], str, str], dataset: str) -> MultipleChoiceQuestion:

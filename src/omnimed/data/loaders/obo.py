@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from omnimed.data.errors import LoadReport, RecordError
-from omnimed.data.io import collect
+from omnimed.data.io import collect, text_lines
 from omnimed.data.loaders.knowledge_graph import Concept, KnowledgeGraph, Triple, concept_key
 from omnimed.data.loaders.realdata_layout import DO_OBO, GRAPH_DIR, locate
 
@@ -58,25 +58,24 @@ def _obo_token(path: Path, line: int, tag: str, value: str) -> str:
 
 def _obo_stanzas(path: Path, header: dict[str, str]) -> Iterator[_Stanza]:
     """The stanzas ([Term], [Typedef], ...) of an OBO file; header tags before the first one go into ``header``."""
-    with open(path, encoding="utf-8") as fh:
-        current: _Stanza | None = None
-        for lineno, raw in enumerate(fh, start=1):
-            line = raw.strip()
-            if not line or line.startswith("!"):
-                continue
-            if line.startswith("[") and line.endswith("]"):
-                if current is not None:
-                    yield current
-                current = _Stanza(line[1:-1], lineno, [])
-                continue
-            tag, sep, value = line.partition(":")
-            if current is None:
-                if sep:
-                    header.setdefault(tag.strip(), value.strip())
-            else:
-                current.tags.append((lineno, tag.strip() if sep else None, value.strip()))
-        if current is not None:
-            yield current
+    current: _Stanza | None = None
+    for lineno, raw in enumerate(text_lines(path), start=1):
+        line = raw.strip()
+        if not line or line.startswith("!"):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            if current is not None:
+                yield current
+            current = _Stanza(line[1:-1], lineno, [])
+            continue
+        tag, sep, value = line.partition(":")
+        if current is None:
+            if sep:
+                header.setdefault(tag.strip(), value.strip())
+        else:
+            current.tags.append((lineno, tag.strip() if sep else None, value.strip()))
+    if current is not None:
+        yield current
 
 
 @dataclass

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from omnimed.data.errors import RecordError
-from omnimed.data.io import iter_jsonl, read_json
+from omnimed.data.io import check_file, iter_jsonl, read_json, read_text
 
 __all__ = ["At", "iter_list_or_jsonl", "read_json_with_lines"]
 
@@ -105,14 +105,14 @@ def _member_lines(text: str, depth: int = 1) -> dict[tuple[str | int, ...], int]
 def read_json_with_lines(path: Path, depth: int = 1) -> tuple[Any, dict[tuple[str | int, ...], int]]:
     """The parsed document (errors name the file and line) plus the line of each top-level member."""
     data = read_json(path)
-    return data, _member_lines(path.read_text(encoding="utf-8"), depth)
+    return data, _member_lines(read_text(path), depth)
 
 
 def iter_list_or_jsonl(path: Path) -> Iterator[tuple[At, Any]]:
     """Items of a file that is either a JSON list or JSONL (one object per line, whatever the suffix)."""
-    with open(path, encoding="utf-8") as fh:
+    with open(check_file(path), "rb") as fh:  # bytes: the first one tells, whatever the encoding of the rest
         head = fh.read(4096).lstrip()
-    if head.startswith("["):
+    if head.startswith(b"["):
         data, lines = read_json_with_lines(path)
         for i, obj in enumerate(data):
             yield At(path, lines.get((i,)), f"[{i}]"), obj

@@ -56,5 +56,5 @@ class ClosedBook(Method):
                 for i, out in zip(idx, got):
                     outputs[i] = out
         shown = evidence if evidence is not None else [[] for _ in questions]
-        return [Answer(o.question_id, o.prediction, o.correct, o.problem, [p.id for p in ev], o.raw)
+        return [Answer(o.question_id, o.prediction, o.correct, o.problem, [p.id for p in ev], o.raw, error=o.error)
                 for o, ev in zip(outputs, shown)]

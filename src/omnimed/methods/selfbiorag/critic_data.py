@@ -12,7 +12,9 @@ never see a useless or unsupported response. Each judgement becomes one critic e
 (:func:`~omnimed.methods.selfbiorag.prompts.critic_instruction`) and the teacher's token as output. All judgements
 of one source example land in the same split (train or dev), so dev measures examples the critic never saw.
 
-A teacher reply without a valid token of the asked type is dropped and counted, never guessed.
+A teacher reply without a valid token of the asked type is dropped and counted by type, never guessed. An example
+whose teacher calls failed (connection, timeout, server error) is not dropped: nothing is recorded for it and the
+next run asks again; when such examples pass ``max_failed_share`` the stage fails without a manifest.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from omnimed.data.artifacts import StageResult, batches, open_stage
+from omnimed.data.artifacts import MAX_FAILED_SHARE, Failed, StageResult, describe_backend, open_stage
 from omnimed.data.records import InstructionExample, Passage
 from omnimed.generation.types import Request, SamplingParams
 from omnimed.methods.selfbiorag import prompts
@@ -87,9 +89,10 @@ def _teacher_request(ex: InstructionExample, item: dict[str, Any]) -> Request:
 
 
 def build_critic_data(cfg: CriticDataConfig, *, teacher, kb, knowledge=None, root: str = ".",
-                      progress: bool = True, log=print) -> StageResult:
+                      progress: bool = True, log=print, max_failed: float = MAX_FAILED_SHARE) -> StageResult:
     """Run the stage (or reuse its finished output); ``teacher``: a generation backend; ``kb``: a knowledge base
-    for the evidence (None with ``evidence_k=0``)."""
+    for the evidence (None with ``evidence_k=0``). An example whose teacher calls failed is left for the next run;
+    more than ``max_failed`` of them fail the stage (:class:`~omnimed.data.artifacts.RunFailed`)."""
     stage = open_stage(STAGE, cfg, root=root, **stage_inputs(cfg.instructions, teacher, kb))
     if stage.finished():
         counts = stage.manifest()["critic_counts"]
@@ -113,25 +116,30 @@ def build_critic_data(cfg: CriticDataConfig, *, teacher, kb, knowledge=None, roo
         f"{len(todo)} to label -> {stage.path}")
 
     params = SamplingParams(max_new_tokens=cfg.teacher_max_new_tokens)
-    for batch in batches(todo, cfg.batch_size, progress, f"{STAGE}: teacher labels"):
+
+    def label(batch: list[InstructionExample]) -> list[dict[str, Any] | Failed]:
         evidence = (kb.search_sources([prompts.user_message(e.instruction, e.input) for e in batch],
                                       cfg.evidence_k, sources=cfg.sources, method=cfg.retriever)
                     if cfg.evidence_k else [[] for _ in batch])
         plans = []
         for ex, ev in zip(batch, evidence):
             output = donors[ex.id] if swap[ex.id] else ex.output
-            plans.append((ex, output, _judgements(ex, output, ev)))
-        requests = [_teacher_request(ex, item) for ex, _, items in plans for item in items]
+            plans.append((ex, _judgements(ex, output, ev)))
+        requests = [_teacher_request(ex, item) for ex, items in plans for item in items]
         replies = iter(teacher.generate(requests, params))
-        results = []
-        for ex, output, items in plans:
+        results: list[dict[str, Any] | Failed] = []
+        for ex, items in plans:
+            got = [next(replies)[0] for _ in items]
+            error = next((r.error for r in got if r.error is not None), None)
+            if error is not None:
+                results.append(Failed(ex.id, error))
+                continue
             split = split_of(ex.id, cfg.dev_fraction, cfg.seed)
-            made, dropped = [], 0
-            for j, item in enumerate(items):
-                reply = next(replies)[0]
-                token = last_choice(reply.text, item["kind"]) if reply.error is None else None
-                if token is None:
-                    dropped += 1
+            made, dropped = [], {}
+            for j, (item, reply) in enumerate(zip(items, got)):
+                token = last_choice(reply.text, item["kind"])
+                if token is None:  # the paper's "dropped": an answer without a valid token of the asked type
+                    dropped[item["kind"]] = dropped.get(item["kind"], 0) + 1
                     continue
                 p = item["passage"]
                 made.append(InstructionExample(
@@ -144,23 +152,36 @@ def build_critic_data(cfg: CriticDataConfig, *, teacher, kb, knowledge=None, roo
                               "passage_id": p.id if p is not None else None, "mismatched": swap[ex.id]},
                 ).to_dict())
             results.append({"id": ex.id, "examples": made, "dropped": dropped})
-        stage.append(results)
+        return results
 
+    failed = stage.process(todo, label, total=len(sample), backend=describe_backend(teacher), max_failed=max_failed,
+                           batch_size=cfg.batch_size, progress=progress, label=f"{STAGE}: teacher labels")
     done = stage.start()
-    records = [InstructionExample.from_dict(d) for ex in sample for d in done[ex.id]["examples"]]
-    counts = _counts(records, sum(done[ex.id]["dropped"] for ex in sample))
-    stage.finish(records, selfbiorag={"contract": CONTRACT_VERSION, "prompts": prompts.PROMPT_VERSION},
+    answered = [ex for ex in sample if ex.id in done]
+    records = [InstructionExample.from_dict(d) for ex in answered for d in done[ex.id]["examples"]]
+    dropped: dict[str, int] = {}
+    for ex in answered:
+        for kind, n in done[ex.id]["dropped"].items():
+            dropped[kind] = dropped.get(kind, 0) + n
+    counts = _counts(records, dropped, len(failed))
+    stage.finish(records, failed=failed, selfbiorag={"contract": CONTRACT_VERSION, "prompts": prompts.PROMPT_VERSION},
                  critic_counts=counts)
     log(f"{STAGE}: {counts['train']} train / {counts['dev']} dev critic examples in {stage.path} "
-        f"({counts['dropped']} teacher replies without a valid token dropped)")
+        f"({counts['dropped']} teacher replies without a valid token dropped"
+        + (f"; {len(failed)} examples whose teacher calls failed are asked again by the next run" if failed else "")
+        + ")")
     return StageResult(stage.path, counts, False)
 
 
-def _counts(records: list[InstructionExample], dropped: int) -> dict[str, int]:
-    counts: dict[str, int] = {"train": 0, "dev": 0, "dropped": dropped}
+def _counts(records: list[InstructionExample], dropped: dict[str, int], failed: int) -> dict[str, int]:
+    """Examples per split and per (type, token); replies dropped in all and per type; examples whose calls
+    failed."""
+    counts: dict[str, int] = {"train": 0, "dev": 0, "dropped": sum(dropped.values()),
+                              **{f"dropped/{kind}": n for kind, n in sorted(dropped.items())}}
+    if failed:
+        counts["failed"] = failed
     for r in records:
         counts[r.metadata["split"]] += 1
         key = f"{r.metadata['type']}/{r.output}"
         counts[key] = counts.get(key, 0) + 1
     return counts
-

@@ -12,7 +12,8 @@ For each example (instruction x, output y):
 
 The critic writes its tokens freely (greedy, a few tokens); an example where any prediction is not one of the
 defined tokens of its type is dropped, and the drops are counted by type, as the paper filters mispredictions
-such as ``[Continue Generation]``.
+such as ``[Continue Generation]``. An example whose critic calls failed (connection, timeout, server error) is
+not dropped: nothing is recorded for it and the next run asks again.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from omnimed.data.artifacts import StageResult, batches, open_stage
+from omnimed.data.artifacts import MAX_FAILED_SHARE, Failed, StageResult, describe_backend, open_stage
 from omnimed.data.records import InstructionExample, Passage, ReflectiveLabels
 from omnimed.generation.types import Request, SamplingParams
 from omnimed.methods.selfbiorag import prompts
@@ -78,8 +79,9 @@ def _best(judged: list[tuple[Passage, str, str | None]]) -> tuple[Passage, str, 
 
 
 def build_generator_data(cfg: GeneratorDataConfig, *, critic, kb, knowledge=None, root: str = ".",
-                         progress: bool = True, log=print) -> StageResult:
-    """Run the stage (or reuse its finished output); ``critic``: a generation backend serving the critic LM."""
+                         progress: bool = True, log=print, max_failed: float = MAX_FAILED_SHARE) -> StageResult:
+    """Run the stage (or reuse its finished output); ``critic``: a generation backend serving the critic LM. An
+    example whose critic calls failed is left for the next run; more than ``max_failed`` of them fail the stage."""
     stage = open_stage(STAGE, cfg, root=root, **stage_inputs(cfg.instructions, critic, kb))
     if stage.finished():
         counts = stage.manifest()["generator_counts"]
@@ -97,32 +99,47 @@ def build_generator_data(cfg: GeneratorDataConfig, *, critic, kb, knowledge=None
 
     params = SamplingParams(max_new_tokens=cfg.critic_max_new_tokens)
 
-    def ask(requests: list[Request], kinds: list[str]) -> list[str | None]:
+    def ask(requests: list[Request], kinds: list[str]) -> list[tuple[str | None, str | None]]:
+        """(token or None, error or None) per request."""
         replies = critic.generate(requests, params) if requests else []
-        return [read_choice(r[0].text, k) if r[0].error is None else None for r, k in zip(replies, kinds)]
+        return [(None, r[0].error) if r[0].error is not None else (read_choice(r[0].text, k), None)
+                for r, k in zip(replies, kinds)]
 
-    for batch in batches(todo, cfg.batch_size, progress, f"{STAGE}: critic annotations"):
+    def annotate(batch: list[InstructionExample]) -> list[dict[str, Any] | Failed]:
         first = ask([critic_request("retrieval", ex) for ex in batch]
                     + [critic_request("utility", ex, ex.output) for ex in batch],
                     ["retrieval"] * len(batch) + ["utility"] * len(batch))
-        ret, use = first[: len(batch)], first[len(batch):]
+        errors: dict[int, str] = {}
+        for i, (_, err) in enumerate(first):
+            if err is not None:
+                errors.setdefault(i % len(batch), err)
+        ret = [tok for tok, _ in first[: len(batch)]]
+        use = [tok for tok, _ in first[len(batch):]]
         retrieving = [i for i, r in enumerate(ret) if r == RETRIEVE]
         evidence = (kb.search_sources([prompts.user_message(batch[i].instruction, batch[i].input)
                                        for i in retrieving], cfg.top_k, sources=cfg.sources, method=cfg.retriever)
                     if retrieving else [])
-        requests, kinds = [], []
+        requests, kinds, owners = [], [], []
         for i, passages in zip(retrieving, evidence):
             for p in passages:
                 requests += [critic_request("relevance", batch[i], passage=p),
                              critic_request("support", batch[i], batch[i].output, p)]
                 kinds += ["relevance", "support"]
-        answers = iter(ask(requests, kinds))
+                owners += [i, i]
+        answers = ask(requests, kinds)
+        for i, (_, err) in zip(owners, answers):
+            if err is not None:
+                errors.setdefault(i, err)
+        tokens = iter(tok for tok, _ in answers)
         judged: dict[int, list[tuple[Passage, str | None, str | None]]] = {}
         for i, passages in zip(retrieving, evidence):
-            judged[i] = [(p, next(answers), next(answers)) for p in passages]
+            judged[i] = [(p, next(tokens), next(tokens)) for p in passages]
 
-        results = []
+        results: list[dict[str, Any] | Failed] = []
         for i, ex in enumerate(batch):
+            if i in errors:
+                results.append(Failed(ex.id, errors[i]))
+                continue
             bad = [kind for kind, tok in (("retrieval", ret[i]), ("utility", use[i])) if tok is None]
             bad += sorted({kind for _, rel, sup in judged.get(i, []) for kind, tok in
                            (("relevance", rel), ("support", sup)) if tok is None})
@@ -147,20 +164,26 @@ def build_generator_data(cfg: GeneratorDataConfig, *, critic, kb, knowledge=None
                 metadata={"split": ex.metadata.get("split"), "source_dataset": ex.dataset, **meta_extra},
             )
             results.append({"id": ex.id, "record": record.to_dict()})
-        stage.append(results)
+        return results
 
+    failed = stage.process(todo, annotate, total=len(pool), backend=describe_backend(critic), max_failed=max_failed,
+                           batch_size=cfg.batch_size, progress=progress, label=f"{STAGE}: critic annotations")
     done = stage.start()
-    records = [InstructionExample.from_dict(done[ex.id]["record"]) for ex in pool if "record" in done[ex.id]]
+    answered = [ex for ex in pool if ex.id in done]
+    records = [InstructionExample.from_dict(done[ex.id]["record"]) for ex in answered if "record" in done[ex.id]]
     dropped: dict[str, int] = {}
-    for ex in pool:
+    for ex in answered:
         for reason in done[ex.id].get("dropped", []):
             dropped[reason] = dropped.get(reason, 0) + 1
-    counts = {"kept": len(records), "dropped": len(pool) - len(records), "examples": len(pool),
+    counts = {"kept": len(records), "dropped": len(answered) - len(records), "examples": len(pool),
               "retrieval": sum(r.labels.retrieval == RETRIEVE for r in records),
+              **({"failed": len(failed)} if failed else {}),
               **{f"dropped/{k}": v for k, v in sorted(dropped.items())}}
-    stage.finish(records, selfbiorag={"contract": CONTRACT_VERSION, "prompts": prompts.PROMPT_VERSION},
+    stage.finish(records, failed=failed, selfbiorag={"contract": CONTRACT_VERSION, "prompts": prompts.PROMPT_VERSION},
                  generator_counts=counts)
     log(f"{STAGE}: kept {counts['kept']} of {counts['examples']} examples ({counts['dropped']} dropped: "
         + (", ".join(f"{k} {v}" for k, v in sorted(dropped.items())) or "none")
-        + f"; {counts['retrieval']} with evidence) in {stage.path}")
+        + f"; {counts['retrieval']} with evidence"
+        + (f"; {len(failed)} whose critic calls failed are asked again by the next run" if failed else "")
+        + f") in {stage.path}")
     return StageResult(stage.path, counts, False)

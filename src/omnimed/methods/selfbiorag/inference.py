@@ -141,6 +141,7 @@ class SelfBioRAGOutput:
     problem: str | None = None
     candidates: list[Candidate] = field(default_factory=list)
     passage_ids: list[str] = field(default_factory=list)
+    error: str | None = None  # a generation call for this question failed (the backend's error)
 
 
 _ANSWER_IS = re.compile(r"answer\s+is\s*:?\s*\(?([A-Z])\b", re.IGNORECASE)
@@ -174,6 +175,7 @@ class SelfBioRAG:
         if cfg.retrieval != "never" and kb is None:
             raise ValueError(f"pipeline.retrieval={cfg.retrieval} needs a knowledge base")
         self.cfg, self.backend, self.kb = cfg, backend, kb
+        self._errors: dict[str, str] = {}
         self.params = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
                                      stop=tuple(REFLECTIVE_TOKENS))
 
@@ -214,6 +216,8 @@ class SelfBioRAG:
                                      self.params)
         out = []
         for (q, _, _), g in zip(items, gens):
+            if g and g[0].error is not None:
+                self._errors.setdefault(q.id, g[0].error)
             text = _REFLECTIVE.split(g[0].text)[0].strip() if g and g[0].error is None else ""
             out.append((read_option(text, q.options), text))
         return out
@@ -256,6 +260,7 @@ class SelfBioRAG:
     def answer(self, questions: Sequence[MultipleChoiceQuestion]) -> list[SelfBioRAGOutput]:
         """One output per question, in order."""
         c = self.cfg
+        self._errors = {}  # question id -> the first failed generation call's error
         p_ret: list[float | None] = [None] * len(questions)
         if c.retrieval == "adaptive":
             p_ret = list(self.retrieval_probabilities(questions))
@@ -279,6 +284,10 @@ class SelfBioRAG:
                     continue
                 best = max(cands, key=lambda cand: cand.score)  # ties: the retriever's order
                 outs[i] = self._output(questions[i], best.letter, best.text, True, p_ret[i], cands, [p.id for p in ps])
+        for o in outs:
+            if o is not None and o.question_id in self._errors:
+                o.error = self._errors[o.question_id]
+                o.problem = f"generation failed: {o.error}"
         return [o for o in outs if o is not None]
 
     @staticmethod

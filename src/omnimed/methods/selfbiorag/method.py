@@ -32,13 +32,13 @@ def serving(path: str | None, backend_cfg: Any, model: Any) -> tuple[Any, Any]:
 def _critic_data(cfg: CriticDataConfig, ctx: Any) -> Any:
     kb = ctx.knowledge_base if cfg.evidence_k else None
     return build_critic_data(cfg, teacher=ctx.backend, kb=kb, knowledge=ctx.knowledge, root=str(ctx.root),
-                             progress=ctx.progress, log=ctx.log)
+                             progress=ctx.progress, log=ctx.log, max_failed=ctx.max_failed)
 
 
 def _generator_data(cfg: GeneratorDataConfig, ctx: Any) -> Any:
     kb = ctx.knowledge_base
     return build_generator_data(cfg, critic=ctx.backend, kb=kb, knowledge=ctx.knowledge, root=str(ctx.root),
-                                progress=ctx.progress, log=ctx.log)
+                                progress=ctx.progress, log=ctx.log, max_failed=ctx.max_failed)
 
 
 @register_method
@@ -64,7 +64,7 @@ class SelfBioRAGMethod(Method):
     def answer(self, questions: Sequence[Any], backend: Any, kb: Any, *, seed: int) -> list[Answer]:
         return [Answer(o.question_id, o.prediction, o.correct, o.problem, o.passage_ids, o.raw,
                        {"retrieved": o.retrieved, "p_retrieve": o.p_retrieve,
-                        "candidates": [vars(c) for c in o.candidates]})
+                        "candidates": [vars(c) for c in o.candidates]}, o.error)
                 for o in SelfBioRAG(self.cfg, backend, kb).answer(questions)]
 
     def metrics(self, answers: Sequence[Answer]) -> dict[str, float]:

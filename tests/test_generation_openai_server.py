@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from servers.vllm_cpu import ensure_venv, smollm2_folder, start_server
+from servers.vllm_cpu import ensure_venv, start_server
 from servers.vllm_inprocess import run_inprocess
 
 from omnimed.generation.cache import CachedBackend
@@ -54,15 +54,37 @@ def vllm_python():
 
 
 @pytest.fixture(scope="session")
-def server(vllm_python, key):
-    srv = start_server(smollm2_folder(), served_name="smollm2-135m", api_key=key, python=vllm_python)
+def reflective_smollm2(tmp_path_factory) -> Path:
+    """SmolLM2 with Self-BioRAG's tokens added and their rows set apart by seeded noise (so each context gives them
+    different probabilities), saved as a plain safetensors folder that vLLM and transformers both load. The one
+    model every test here serves (a vLLM server takes most of a minute to start on CPU)."""
+    from omnimed.methods.selfbiorag.tokens import SPECIAL_TOKENS
+    from omnimed.models.loading import load_causal_lm, load_tokenizer
+
+    cfg = ModelConfig(special_tokens=list(SPECIAL_TOKENS))
+    tok = load_tokenizer(cfg)
+    model = load_causal_lm(cfg, tok, for_training=False)
+    ids = tok.convert_tokens_to_ids(list(SPECIAL_TOKENS))
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        emb = model.get_input_embeddings().weight
+        emb[ids] += 0.5 * emb.std() * torch.randn(len(ids), emb.shape[1], generator=gen)
+    out = tmp_path_factory.mktemp("reflective-smollm2")
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def server(vllm_python, key, reflective_smollm2):
+    srv = start_server(reflective_smollm2, served_name="selfbiorag-smollm2", api_key=key, python=vllm_python)
     yield srv
     srv.stop()
 
 
 @pytest.fixture(scope="session")
-def hf() -> HFBackend:
-    return HFBackend(ModelConfig(), batch_size=4)
+def hf(reflective_smollm2) -> HFBackend:
+    return HFBackend(str(reflective_smollm2), batch_size=4)
 
 
 @pytest.fixture
@@ -135,9 +157,9 @@ def test_the_key_is_sent_but_never_shown(server, client, key, caplog, monkeypatc
         assert key not in text and key[:-1] not in text
 
 
-def test_inprocess_vllm_backend_matches_hf(vllm_python, hf):
+def test_inprocess_vllm_backend_matches_hf(vllm_python, hf, reflective_smollm2):
     wire = [[r.prompt, r.meta] for r in PROMPTS]
-    got = run_inprocess(vllm_python, smollm2_folder(), {
+    got = run_inprocess(vllm_python, reflective_smollm2, {
         "generate": wire, "max_new_tokens": 12,
         "score": [[p, m, c] for (p, m), c in zip(wire, CONTINUATIONS)],
         "next_token": {"requests": wire, "tokens": CANDIDATES},
@@ -149,28 +171,7 @@ def test_inprocess_vllm_backend_matches_hf(vllm_python, hf):
 
 
 # ------------------------------------------------------------------------------------------------ Self-BioRAG
-@pytest.fixture(scope="module")
-def reflective_smollm2(tmp_path_factory) -> Path:
-    """SmolLM2 with Self-BioRAG's tokens added and their rows set apart by seeded noise (so each context gives them
-    different probabilities), saved as a plain safetensors folder that vLLM and transformers both load."""
-    from omnimed.methods.selfbiorag.tokens import SPECIAL_TOKENS
-    from omnimed.models.loading import load_causal_lm, load_tokenizer
-
-    cfg = ModelConfig(special_tokens=list(SPECIAL_TOKENS))
-    tok = load_tokenizer(cfg)
-    model = load_causal_lm(cfg, tok, for_training=False)
-    ids = tok.convert_tokens_to_ids(list(SPECIAL_TOKENS))
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        emb = model.get_input_embeddings().weight
-        emb[ids] += 0.5 * emb.std() * torch.randn(len(ids), emb.shape[1], generator=gen)
-    out = tmp_path_factory.mktemp("reflective-smollm2")
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
-
-
-def test_selfbiorag_through_the_vllm_server_decides_and_scores_like_hf(vllm_python, key, reflective_smollm2, tmp_path):
+def test_selfbiorag_through_the_vllm_server_decides_and_scores_like_hf(server, hf, tmp_path):
     """Self-BioRAG's inference reads reflective-token probabilities through vLLM's server (echoed log-probabilities:
     the added tokens rank far below any top-k) and reaches the same decisions and critique scores as transformers."""
     from omnimed.knowledge.build import build_knowledge_base
@@ -182,13 +183,9 @@ def test_selfbiorag_through_the_vllm_server_decides_and_scores_like_hf(vllm_pyth
     kb = build_knowledge_base(knowledge, tmp_path, progress=False)
     questions = [q for q in world_of(knowledge).questions if q.split == "test"]
     cfg = SelfBioRAGConfig(retrieval="adaptive", delta=0.2, top_k=2, domain_method="bm25")
-    srv = start_server(reflective_smollm2, served_name="selfbiorag-smollm2", api_key=key, python=vllm_python)
-    try:
-        served = SelfBioRAG(cfg, OpenAIBackend(srv.url, srv.model, api_key_env=KEY_ENV, timeout=120), kb)
-        via_vllm = served.answer(questions)
-    finally:
-        srv.stop()
-    local = SelfBioRAG(cfg, HFBackend(str(reflective_smollm2), batch_size=4), kb).answer(questions)
+    served = SelfBioRAG(cfg, OpenAIBackend(server.url, server.model, api_key_env=KEY_ENV, timeout=120), kb)
+    via_vllm = served.answer(questions)
+    local = SelfBioRAG(cfg, hf, kb).answer(questions)
     # the noisy rows give the critique tokens context-dependent probabilities: the passages are told apart
     assert len({round(c.score, 3) for o in local for c in o.candidates}) > 1
     for v, h in zip(via_vllm, local):

@@ -134,7 +134,8 @@ def test_judge_statements_with_a_fake_backend(caplog):
     with caplog.at_level(logging.WARNING, logger=metrics.__name__):
         labels = judge_statements(judge, "Aspirin helps; take it with food.", statements, question="Aspirin?",
                                   question_id="q7")
-    assert labels == ["correct", "not_mentioned", "unparsed", "unparsed", "incorrect"]
+    # an unreadable reply is "unparsed"; a failed call carries its error (an evaluation counts it as a failure)
+    assert labels == ["correct", "not_mentioned", "unparsed", "failed: rate limited", "incorrect"]
     assert "2 of 5 replies unreadable" in caplog.text
     first = judge.requests[0]
     assert first.meta == {"task": "judge_statement", "question_id": "q7", "statement_index": 0,

@@ -7,7 +7,7 @@
 - :func:`split_statements`, :func:`judge_statements`, :func:`statement_ratios`: PolyRAG's long-form evaluation,
   the shares of an answer's statements a judge finds correct / incorrect / not mentioned in the reference.
 
-HIT@k / NDCG@k / recall@k / MRR live in :mod:`omnimed.evaluation.retrieval` (``ir_metrics``, via ranx); the name
+HIT@k / NDCG@k / recall@k / MRR live in :mod:`omnimed.evaluation.retrieval` (``ir_metrics``, via ir-measures); the name
 is re-exported here so that every metric can be imported from one place.
 """
 

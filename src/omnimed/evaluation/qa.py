@@ -10,6 +10,11 @@ each seed's; the standard error and the bootstrap interval are those of that mea
 questions never narrow the interval as if they were new questions. ``n`` is the number of questions (per seed),
 ``missing_answers`` the mean per seed (``missing_answers/seed_<s>`` each seed's count, ``missing_answers_total`` the
 sum). With one seed this is exactly :func:`omnimed.evaluation.metrics.accuracy`.
+
+A backend call that failed (connection, timeout, server error; the reader's or the long-form judge's) is not a
+missing answer: it counts as wrong and is counted apart, ``failed_generations`` (mean per seed). Past
+``max_failed_share`` of the questions the run raises :class:`~omnimed.data.artifacts.RunFailed` after writing
+``predictions.jsonl`` (each question's ``error``) and no metrics.
 """
 
 from __future__ import annotations
@@ -96,14 +101,14 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
 
     outcomes: dict[int, list[bool | None]] = {}  # seed -> per question: correct, wrong, or None (no answer)
     failures: dict[int, list[tuple[str, str]]] = {}  # seed -> (backend, error) per question whose call failed
-    answered: dict[int, list[Any]] = {}  # seed -> the method's answers
     judged: dict[int, dict[str, float]] = {}  # seed -> long-form statement metrics
     own: dict[int, dict[str, float]] = {}  # seed -> the method's own metrics
     rows: list[dict[str, Any]] = []
     problems: dict[str, float] = {}
     for seed in dict.fromkeys(cfg.task.seeds):  # a repeated seed would only repeat its run
-        answers = answered[seed] = method.answer(questions, backend, kb, seed=seed)
-        outcomes[seed] = [None if a.prediction is None else bool(a.correct) for a in answers]
+        answers = method.answer(questions, backend, kb, seed=seed)
+        # a failed call is wrong, not a missing answer: failures are counted apart (failed_generations)
+        outcomes[seed] = [None if a.prediction is None and a.error is None else bool(a.correct) for a in answers]
         own[seed] = method.metrics(answers)
         extras = [dict(a.extras) for a in answers]
         if longform:
@@ -134,9 +139,10 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
         raise
     if note:
         log.warning(note)
-    unanswered = {seed: sum(a.error is not None for a in answers) for seed, answers in answered.items()}
-    metrics = seed_summary(outcomes, n_resamples=cfg.task.bootstrap_resamples, failed=unanswered)
-    metrics["failed_generations"] = len(failed) / len(failures)  # the judge's failed calls too
+    metrics = seed_summary(outcomes, n_resamples=cfg.task.bootstrap_resamples)
+    metrics["failed_generations"] = len(failed) / len(failures)  # mean per seed, the judge's failed calls too
+    if len(failures) > 1:
+        metrics.update({f"failed_generations/seed_{seed}": float(len(f)) for seed, f in failures.items()})
     if longform:  # open answers are judged, not right or wrong: drop accuracy, keep counts of missing answers
         metrics = {k: v for k, v in metrics.items() if not k.startswith("accuracy")}
         for key in next(iter(judged.values())):
@@ -155,7 +161,7 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
 
 
 def seed_summary(outcomes: dict[int, Sequence[bool | None]], *, n_resamples: int = 1000,
-                 confidence: float = 0.95, failed: dict[int, int] | None = None) -> dict[str, float]:
+                 confidence: float = 0.95) -> dict[str, float]:
     """Accuracy over several seeds of the same questions (``outcomes``: seed -> per question True / False / None
     for no answer, which counts as wrong).
 
@@ -165,8 +171,7 @@ def seed_summary(outcomes: dict[int, Sequence[bool | None]], *, n_resamples: int
     bootstrap's generator is seeded with the first seed). With one seed this equals
     :func:`omnimed.evaluation.metrics.accuracy` (binomial SE, the same interval). ``n`` is the number of questions
     (each seed answers all of them); ``missing_answers`` the mean per seed of outputs without an answer, next to
-    each seed's count and the total. ``failed``: seed -> answers whose backend call failed (wrong in accuracy,
-    like a missing answer, but reported apart as ``failed_generations``: the mean per seed, and each seed's).
+    each seed's count and the total.
     """
     import numpy as np
 
@@ -192,20 +197,17 @@ def seed_summary(outcomes: dict[int, Sequence[bool | None]], *, n_resamples: int
                        method="percentile", vectorized=True, batch=max(1, 2_000_000 // n),
                        rng=np.random.default_rng(seeds[0]))
         low, high = float(ci.confidence_interval.low), float(ci.confidence_interval.high)
-    failed = {s: (failed or {}).get(s, 0) for s in seeds}
-    missing = {s: sum(c is None for c in outcomes[s]) - failed[s] for s in seeds}
+    missing = {s: sum(c is None for c in outcomes[s]) for s in seeds}
     metrics = {
         "accuracy": mean, "accuracy_std": std, "seeds": float(len(seeds)),
         "accuracy_stderr": stderr, "accuracy_ci_low": low, "accuracy_ci_high": high,
         "n": float(n), "missing_answers": sum(missing.values()) / len(seeds),
         "missing_answers_total": float(sum(missing.values())),
-        "failed_generations": sum(failed.values()) / len(seeds),
     }
     if len(seeds) > 1:
         for s, value in zip(seeds, per_seed):
             metrics[f"accuracy/seed_{s}"] = float(value)
             metrics[f"missing_answers/seed_{s}"] = float(missing[s])
-            metrics[f"failed_generations/seed_{s}"] = float(failed[s])
     return metrics
 
 

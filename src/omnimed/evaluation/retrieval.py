@@ -1,8 +1,9 @@
-"""Retrieval evaluation: (query, gold passages) sets, runs of a knowledge base's methods, IR metrics via ranx.
+"""Retrieval evaluation: (query, gold passages) sets, runs of a knowledge base's methods, IR metrics via
+ir-measures (pytrec_eval).
 
 Queries are scored per source: a question whose gold passages lie in the wiki and the graph is searched in the
 wiki for its wiki gold and in the graph for its graph gold. Hits of chunks count for the passage they were cut
-from (``Hit.doc_id``). Metrics: HIT@k (ranx ``hit_rate``), NDCG@k, recall@k and MRR, averaged over queries.
+from (``Hit.doc_id``). Metrics: HIT@k (``Success@k``), NDCG@k, recall@k and MRR, averaged over queries.
 """
 
 from __future__ import annotations
@@ -101,20 +102,23 @@ def run_method(kb, queries: Sequence[RetrievalQuery], method: str, k: int) -> di
 def ir_metrics(
     queries: Sequence[RetrievalQuery], hits: dict[str, list[Hit]], ks: Sequence[int] = (1, 5, 10)
 ) -> dict[str, float]:
-    """HIT@k, NDCG@k, recall@k and MRR over ``queries`` (ranx); chunk hits count once for their passage."""
-    from ranx import Qrels, Run, evaluate
+    """HIT@k, NDCG@k, recall@k and MRR over ``queries`` with gold passages (ir-measures on pytrec_eval); chunk
+    hits count once for their passage, and a query with no hit scores 0."""
+    import ir_measures
+    from ir_measures import RR, R, Success, nDCG
 
     qrels = {q.id: {doc: 1 for doc in q.gold} for q in queries if q.gold}
     run: dict[str, dict[str, float]] = {}
     for q in queries:
         scores: dict[str, float] = {}
         for h in hits.get(q.id, []):
-            # ranks, not raw scores: methods' scores are on different scales and ranx sorts by score
+            # ranks, not raw scores: methods' scores are on different scales and the evaluator sorts by score
             scores.setdefault(h.doc_id, 1.0 / h.rank)
         run[q.id] = scores or {"<none>": 0.0}
-    names = [f"{m}@{k}" for k in ks for m in ("hit_rate", "ndcg", "recall")] + ["mrr"]
-    values = evaluate(Qrels(qrels), Run(run), names, make_comparable=True)
-    return {name.replace("hit_rate", "hit"): float(v) for name, v in values.items()}
+    measures = {f"{name}@{k}": m @ k for k in ks for name, m in (("hit", Success), ("ndcg", nDCG), ("recall", R))}
+    measures["mrr"] = RR
+    values = ir_measures.calc_aggregate(list(measures.values()), qrels, run)
+    return {name: float(values[m]) for name, m in measures.items()}
 
 
 def evaluate_methods(

@@ -378,3 +378,21 @@ def test_compare_prints_many_metrics_of_few_runs_one_per_line():
     assert [c.header for c in wide.columns] == ["metric", "run-a", "run-b"] and wide.row_count == 10
     narrow = console_table(metrics[:2], [r[:3] for r in rows], title="t")
     assert [c.header for c in narrow.columns] == ["run", "m0", "m1"] and narrow.row_count == 2
+
+
+def test_the_smallest_detectable_difference_is_the_paired_half_width_of_the_most_discordant_rows(tmp_path):
+    from omnimed.tables.detectable import detectable_difference, question_outcomes
+
+    a = {"q1#0": True, "q2#0": True, "q3#0": False, "q4#0": False}
+    b = {"q1#0": True, "q2#0": False, "q3#0": True, "q4#0": False}  # disagrees with a on 2 of 4
+    half, n = detectable_difference([a, b, dict(a)])
+    assert n == 4 and half == pytest.approx(1.959964 * (0.5 / 4) ** 0.5, abs=1e-6)
+    assert detectable_difference([a]) is None and detectable_difference([a, {"other#0": True}]) is None
+    # per question from a run's predictions: all rows for accuracy, one label type for <type>/accuracy
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [
+        {"id": "e1", "type": "utility", "correct": True}, {"id": "e2", "type": "support", "correct": False}]))
+    assert question_outcomes(run, "utility/accuracy") == {"e1#0": True}
+    assert question_outcomes(run, "accuracy") == {"e1#0": True, "e2#0": False}
+    assert question_outcomes(run, "hit@10") is None and question_outcomes(tmp_path, "accuracy") is None

@@ -378,6 +378,20 @@ def test_table_reproduced_through_prepare_steps_in_one_w_and_b_group(tmp_path):
     assert {(r["row"], r["column"]) for r in rows if r["status"] == "measured"} == {
         (row, col) for row in ("untrained", "trained") for col in columns}
     assert (exp / "results" / "runs" / "table9" / "prepare-critic-training.log").is_file()
+    # each column states the smallest difference it can detect: the paired half-width of its two rows
+    resolution = {r["column"]: r for r in rows if r["row"] == "smallest detectable difference"}
+    assert set(resolution) == set(columns)
+    for col, metric in columns.items():
+        right = []
+        for row in ("untrained", "trained"):
+            lines = (exp / "results" / "runs" / "table9" / row / "critic_dev" / "predictions.jsonl").read_text()
+            right.append({r["id"]: r["correct"] for r in map(json.loads, lines.splitlines())
+                          if r["type"] == metric.split("/")[0]})
+        n = len(right[0])
+        discordant = sum(right[0][k] != right[1][k] for k in right[0]) / n
+        assert int(resolution[col]["n"]) == n
+        assert float(resolution[col]["ours"]) == pytest.approx(100 * 1.959964 * (discordant / n) ** 0.5, abs=1e-3)
+    assert "| smallest detectable difference |" in (exp / "results" / "table9.md").read_text()
     cmp = subprocess.run([str(BIN / "omnimed-compare"), str(exp / "results" / "runs" / "table9"), "--group",
                           "demo-table9", "--metrics", "utility/accuracy", "--out", str(tmp_path / "cmp")],
                          capture_output=True, text=True, timeout=300)

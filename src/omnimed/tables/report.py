@@ -1,14 +1,15 @@
 """A paper table with our numbers beside the published ones: Markdown, CSV and a PNG plot.
 
 Cells we did not measure stay empty and say why (``missing``: the method is not built yet; ``external``: a row we
-do not run; ``failed``: the run broke). Nothing is filled with a number nobody measured.
+do not run; ``failed``: the run broke). Nothing is filled with a number nobody measured. Each accuracy column states
+the smallest difference its run can detect (:mod:`omnimed.tables.detectable`).
 """
 
 from __future__ import annotations
 
 import csv
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -26,14 +27,25 @@ class Cell:
     n: Optional[int] = None
     status: str = "missing"  # measured | missing | external | failed | not run
     run_dir: str = ""
+    # per question (and seed): right or wrong, for an accuracy column (what the detectable difference is paired on)
+    outcomes: Optional[dict[str, bool]] = field(default=None, repr=False)
+
+
+#: column -> (the smallest difference it can detect, on the paper's scale; the questions it is paired on)
+Detectable = dict[str, tuple[float, int]]
+DETECTABLE_ROW = "smallest detectable difference"
+DETECTABLE_NOTE = ("95% half-width of the paired (by question) difference between the two rows that disagree most "
+                   "on the column's questions")
 
 
 def _fmt(x: Optional[float], digits: int = 1) -> str:
     return "" if x is None else f"{x:.{digits}f}"
 
 
-def table_rows(manifest: TableManifest, cells: dict[str, dict[str, Cell]]) -> list[dict[str, object]]:
-    """One flat record per (row, column): the CSV's lines."""
+def table_rows(manifest: TableManifest, cells: dict[str, dict[str, Cell]],
+               detectable: Detectable | None = None) -> list[dict[str, object]]:
+    """One flat record per (row, column): the CSV's lines; then one per column with its smallest detectable
+    difference (row ``smallest detectable difference``)."""
     out = []
     for row in manifest.rows:
         for col in manifest.columns:
@@ -45,11 +57,16 @@ def table_rows(manifest: TableManifest, cells: dict[str, dict[str, Cell]]) -> li
                 "delta": delta, "ci_low": cell.low, "ci_high": cell.high, "n": cell.n, "status": cell.status,
                 "run_dir": cell.run_dir,
             })
+    for col, (value, n) in (detectable or {}).items():
+        out.append({"row": DETECTABLE_ROW, "method": "", "column": col, "ours": value, "paper": None, "delta": None,
+                    "ci_low": None, "ci_high": None, "n": n, "status": DETECTABLE_NOTE, "run_dir": ""})
     return out
 
 
-def markdown(manifest: TableManifest, cells: dict[str, dict[str, Cell]], preset: str) -> str:
-    """Ours / paper / delta per column, intervals in brackets; rows we could not run say why."""
+def markdown(manifest: TableManifest, cells: dict[str, dict[str, Cell]], preset: str,
+             detectable: Detectable | None = None) -> str:
+    """Ours / paper / delta per column, intervals in brackets; rows we could not run say why; under the rows, the
+    smallest difference each accuracy column can detect."""
     lines = [
         f"# {manifest.paper} {manifest.table}: {manifest.title}",
         "",
@@ -73,26 +90,33 @@ def markdown(manifest: TableManifest, cells: dict[str, dict[str, Cell]], preset:
             delta = f" ({cell.ours - paper:+.1f})" if paper is not None else ""
             parts.append(f"{_fmt(cell.ours)}{ci} / {paper_s}{delta}")
         lines.append(f"| {row.name} | {row.method} | " + " | ".join(parts) + " |")
+    if detectable:
+        lines.append(f"| {DETECTABLE_ROW} | | " + " | ".join(
+            f"{_fmt(detectable[c][0])} (n={detectable[c][1]})" if c in detectable else "n/a"
+            for c in manifest.columns) + " |")
+        lines += ["", f"Smallest detectable difference: the {DETECTABLE_NOTE}; two rows closer than it are not told "
+                      "apart by this run."]
     if manifest.note:
         lines += ["", f"Note: {manifest.note}"]
     return "\n".join(lines) + "\n"
 
 
 def write_report(
-    manifest: TableManifest, cells: dict[str, dict[str, Cell]], out_dir: str | Path, preset: str
+    manifest: TableManifest, cells: dict[str, dict[str, Cell]], out_dir: str | Path, preset: str,
+    detectable: Detectable | None = None,
 ) -> dict[str, Path]:
     """``<out_dir>/<table>.{md,csv,png}``, each written atomically; returns their paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {ext: out / f"{manifest.table}.{ext}" for ext in ("md", "csv", "png")}
-    atomic_write_text(paths["md"], markdown(manifest, cells, preset))
-    records = table_rows(manifest, cells)
+    atomic_write_text(paths["md"], markdown(manifest, cells, preset, detectable))
+    records = table_rows(manifest, cells, detectable)
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=list(records[0]) if records else ["row"])
     writer.writeheader()
     writer.writerows(records)
     atomic_write_text(paths["csv"], buf.getvalue())
-    _plot(manifest, records, paths["png"])
+    _plot(manifest, [r for r in records if r["row"] != DETECTABLE_ROW], paths["png"])
     return paths
 
 

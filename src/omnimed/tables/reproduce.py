@@ -26,7 +26,8 @@ from omnimed.tables.manifest import (
     eval_tasks,
     runnable_methods,
 )
-from omnimed.tables.report import Cell, write_report
+from omnimed.tables.detectable import detectable_difference, question_outcomes
+from omnimed.tables.report import Cell, Detectable, write_report
 
 MINIATURE = "miniature"
 AVERAGE = "average"  # a column computed as the mean of the row's other columns, not run
@@ -258,7 +259,19 @@ def read_cell(run_dir: Path, manifest: TableManifest, column: str) -> Cell:
         return metrics[name] * s if name in metrics and metrics[name] is not None else None
 
     return Cell(ours=metrics[key] * s, low=scaled(f"{key}_ci_low"), high=scaled(f"{key}_ci_high"),
-                n=metrics.get("n"), status="measured", run_dir=str(run_dir))
+                n=metrics.get("n"), status="measured", run_dir=str(run_dir), outcomes=question_outcomes(run_dir, key))
+
+
+def column_resolution(manifest: TableManifest, cells: dict[str, dict[str, Cell]]) -> Detectable:
+    """Per accuracy column measured in two or more rows: its smallest detectable difference on the paper's scale
+    (:func:`~omnimed.tables.detectable.detectable_difference`) and the questions it is paired on."""
+    out: Detectable = {}
+    for col in manifest.columns:
+        rows = [c.outcomes for r in cells.values() if (c := r.get(col)) is not None and c.outcomes]
+        found = detectable_difference(rows)
+        if found is not None:
+            out[col] = (found[0] * manifest.scale_for(col), found[1])
+    return out
 
 
 def _fill_averages(manifest: TableManifest, preset: str, row_cells: dict[str, Cell]) -> None:
@@ -321,5 +334,5 @@ def reproduce(
                     cell.status = f"failed: {reason[:160]}"
                 cells[plan.row.name][col] = cell
         _fill_averages(manifest, preset, cells[plan.row.name])
-    paths = {} if dry_run else write_report(manifest, cells, out_dir, preset)
+    paths = {} if dry_run else write_report(manifest, cells, out_dir, preset, column_resolution(manifest, cells))
     return cells, paths

@@ -17,6 +17,7 @@ fresh process::
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import signal
 import sys
@@ -44,7 +45,7 @@ def arm(point: str) -> None:
             if kind == "after-append":
                 append(self, results)
                 _die()
-            data = "".join(__import__("json").dumps(r, ensure_ascii=False) + "\n" for r in results).encode()
+            data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in results).encode()
             with self.progress_path.open("ab") as fh:
                 fh.write(data[: len(data) // 2])
                 fh.flush()

@@ -27,15 +27,14 @@ register_evaluate_configs()
 def main(cfg: DictConfig) -> float | None:
     from pathlib import Path
 
-    from omnimed.data.artifacts import RunFailed
+    from omnimed.data.artifacts import RunFailed, check_max_failed_share
     from omnimed.evaluation.runner import record_failure, start_run
     from omnimed.evaluation.tasks import get_task
     from omnimed.generation.types import GenerationError
 
     obj = OmegaConf.to_object(cfg)
     task = get_task(obj.task.name)
-    if not 0 <= obj.max_failed_share <= 1:
-        raise ValueError(f"max_failed_share={obj.max_failed_share}: expected a share between 0 and 1")
+    check_max_failed_share(obj.max_failed_share)
     out = Path(HydraConfig.get().runtime.output_dir)
     start_run(out)
     try:

@@ -252,6 +252,12 @@ def check_failures(errors: Sequence[str], total: int, *, what: str, backend: str
     return f"{summary} (within max_failed_share={max_share:g}); {kept}"
 
 
+def check_max_failed_share(share: float) -> None:
+    """Refuse a ``max_failed_share`` that is not a share (before a run does any work)."""
+    if not 0 <= share <= 1:
+        raise ValueError(f"max_failed_share={share}: expected a share between 0 and 1")
+
+
 def describe_backend(backend: Any) -> str:
     """``<name> backend <model>`` and, for a server, its URL: how failure messages name the backend."""
     inner = getattr(backend, "backend", backend)  # a CachedBackend wraps the real one

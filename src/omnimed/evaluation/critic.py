@@ -12,7 +12,6 @@ most frequent teacher token, the accuracy of a critic that always says it; ``<ty
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,10 +19,8 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
-from omnimed.data.artifacts import RunFailed, check_failures, describe_backend
-from omnimed.evaluation.runner import finish_run, write_predictions
-
-log = logging.getLogger(__name__)
+from omnimed.data.artifacts import describe_backend
+from omnimed.evaluation.runner import finish_run, gate_failures
 
 
 @dataclass
@@ -99,16 +96,9 @@ def run_critic_evaluation(cfg, output_dir) -> CriticResult:
                          "free_valid": g[0].error is None and method.read_label(g[0].text, kind) is not None,
                          "logprobs": lp})
     errors = [r["error"] for r in rows if r["error"]]
-    try:  # a failed free generation is not an outside token: too many of them fail the run
-        note = check_failures(errors, len(rows), what=f"critic of pipeline={method.name} on {jsonl}",
-                              backend=describe_backend(backend), max_share=cfg.max_failed_share,
-                              unit="examples",
-                              kept=f"each example's error is in {output_dir / 'predictions.jsonl'}")
-    except RunFailed:
-        write_predictions(output_dir / "predictions.jsonl", rows)
-        raise
-    if note:
-        log.warning(note)
+    # a failed free generation is not an outside token: too many of them fail the run
+    gate_failures(output_dir, rows, errors, what=f"critic of pipeline={method.name} on {jsonl}",
+                  backend=describe_backend(backend), max_share=cfg.max_failed_share, unit="examples")
 
     metrics: dict[str, float] = {"n": float(len(rows)), "failed_generations": float(len(errors))}
     confusion: dict[str, dict] = {}

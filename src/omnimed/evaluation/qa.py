@@ -20,19 +20,16 @@ missing answer: it counts as wrong and is counted apart, ``failed_generations`` 
 from __future__ import annotations
 
 import json
-import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from omnimed.data.artifacts import RunFailed, check_failures, describe_backend
+from omnimed.data.artifacts import describe_backend
 from omnimed.data.records import MultipleChoiceQuestion, OpenQuestion
-from omnimed.evaluation.runner import finish_run, write_predictions
+from omnimed.evaluation.runner import finish_run, gate_failures
 from omnimed.generation.factory import BackendConfig
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -129,16 +126,9 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
                 "error": error, **extra,
             })
     failed = [f for seed in failures for f in failures[seed]]
-    try:
-        note = check_failures([e for _, e in failed], len(rows), backend=failed[0][0] if failed else "",
-                              what=f"pipeline={method.name} on task.dataset={cfg.task.dataset}",
-                              max_share=cfg.max_failed_share, unit="questions",
-                              kept=f"each question's error is in {output_dir / 'predictions.jsonl'}")
-    except RunFailed:
-        write_predictions(output_dir / "predictions.jsonl", rows)  # for the audit; no metrics.json
-        raise
-    if note:
-        log.warning(note)
+    gate_failures(output_dir, rows, [e for _, e in failed], backend=failed[0][0] if failed else "",
+                  what=f"pipeline={method.name} on task.dataset={cfg.task.dataset}", max_share=cfg.max_failed_share,
+                  unit="questions")
     metrics = seed_summary(outcomes, n_resamples=cfg.task.bootstrap_resamples)
     metrics["failed_generations"] = len(failed) / len(failures)  # mean per seed, the judge's failed calls too
     if len(failures) > 1:

@@ -5,11 +5,14 @@ job of an in-process sweep gets its own run."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from omnimed.data.artifacts import atomic_path, atomic_write_json
+
+log = logging.getLogger(__name__)
 
 #: a W&B Table: name -> (columns, rows)
 Tables = Mapping[str, tuple[Sequence[str], Sequence[Sequence[Any]]]]
@@ -23,6 +26,23 @@ def start_run(output_dir: Path) -> None:
     a run that fails now never shows the earlier run's numbers."""
     for name in ("metrics.json", FAILED_FILE):
         (output_dir / name).unlink(missing_ok=True)
+
+
+def gate_failures(output_dir: Path, rows: Sequence[Mapping[str, Any]], errors: Sequence[str], *, what: str,
+                  backend: str, max_share: float, unit: str) -> None:
+    """Warn about the ``errors`` of failed backend calls within ``max_share`` of ``rows``; past it, write
+    ``predictions.jsonl`` (each row with its ``error``, for the audit) and raise
+    :class:`~omnimed.data.artifacts.RunFailed`, so no metrics are written."""
+    from omnimed.data.artifacts import RunFailed, check_failures
+
+    try:
+        note = check_failures(errors, len(rows), what=what, backend=backend, max_share=max_share, unit=unit,
+                              kept=f"each of the {unit}' errors is in {output_dir / 'predictions.jsonl'}")
+    except RunFailed:
+        write_predictions(output_dir / "predictions.jsonl", rows)
+        raise
+    if note:
+        log.warning(note)
 
 
 def record_failure(output_dir: Path, reason: str) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from omnimed.data.artifacts import MAX_FAILED_SHARE, PathsConfig, StageResult
+from omnimed.data.artifacts import MAX_FAILED_SHARE, PathsConfig, StageResult, check_max_failed_share
 from omnimed.knowledge.config import KnowledgeConfig
 from omnimed.models.config import ModelConfig
 
@@ -66,8 +66,7 @@ def run_stage(cfg: BuildConfig, log: Callable[..., None] = print) -> StageResult
         stage = get_stage(cfg.stage.name)
     except KeyError as exc:
         raise SystemExit(exc.args[0]) from None
-    if not 0 <= cfg.max_failed_share <= 1:
-        raise ValueError(f"max_failed_share={cfg.max_failed_share}: expected a share between 0 and 1")
+    check_max_failed_share(cfg.max_failed_share)
     return stage.run(cfg.stage, StageContext(cfg, log))
 
 

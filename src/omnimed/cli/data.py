@@ -20,6 +20,7 @@ from omegaconf import MISSING, OmegaConf
 from rich.table import Table
 
 from omnimed.cli.common import conf_dir, console, one_line_errors
+from omnimed.data.world.difficulty import DifficultyConfig
 
 COMMANDS = ("world", "convert")
 
@@ -29,6 +30,7 @@ class WorldCommand:
     size: str = "small"
     seed: int = 0
     out: str = MISSING
+    difficulty: DifficultyConfig = field(default_factory=DifficultyConfig)
 
 
 @dataclass
@@ -57,10 +59,11 @@ def _summary(title: str, out: Path, manifest: dict, seconds: float) -> None:
 
 def run_world(cfg: WorldCommand) -> dict:
     from omnimed.data.world import build_world
+    from omnimed.data.world.difficulty import world_knobs
 
     start = time.perf_counter()
     with console.status(f"building the synthetic world (size={cfg.size}, seed={cfg.seed})"):
-        world = build_world(seed=cfg.seed, size=cfg.size)
+        world = build_world(seed=cfg.seed, size=cfg.size, difficulty=world_knobs(cfg.difficulty))
     with console.status(f"writing {sum(world.counts().values())} records"):
         manifest = world.save(cfg.out)
     _summary("synthetic world", Path(cfg.out), manifest, time.perf_counter() - start)

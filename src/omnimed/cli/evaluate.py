@@ -4,6 +4,7 @@
     omnimed-evaluate task=retrieval                                   # the world's questions, knowledge=world_small
     omnimed-evaluate task=retrieval knowledge=realdata task.queries=pubmedqa task.split=null
     omnimed-evaluate task=qa pipeline=rag                             # retrieve, then read
+    omnimed-evaluate task=world_calibration                           # the world's difficulty against its targets
 
 A run whose backend calls failed for more than ``max_failed_share`` of its questions (or whose backend cannot be
 called at all) writes no metrics.json: it leaves ``failed.json`` with the reason and exits non-zero.

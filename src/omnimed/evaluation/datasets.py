@@ -1,6 +1,8 @@
 """Evaluation datasets by key: the miniature ones we ship or generate, and the papers' benchmarks read from files.
 
-Miniature keys: ``world_mcq`` / ``world_open`` (the synthetic world's questions), ``pubmedqa_real``,
+Miniature keys: ``world_mcq`` / ``world_open`` (the synthetic world's questions), ``world_mcq_<kind>`` (one
+question kind: diagnosis, treatment, mechanism, research_finding, examination, multi_hop, self_contained),
+``pubmedqa_real``,
 ``mmlu_med_val`` (the six MMLU-Med validation subjects) and one key per subject (``mmlu_anatomy_val`` ..
 ``mmlu_professional_medicine_val``), and ``longform_real`` (the real small files under ``OMNIMED_REALDATA``).
 
@@ -24,10 +26,13 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 from omnimed.data.errors import LoadReport
 from omnimed.data.loaders.multiple_choice import MMLU_MEDICAL_SUBJECTS
 from omnimed.data.records import MultipleChoiceQuestion, OpenQuestion
+from omnimed.data.world.questions import ALL_KINDS
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +83,11 @@ PENDING: dict[str, str] = {
     "polyeval_policy": "PolyEval (PolyRAG's benchmark) has no loader yet",
 }
 MMLU_VAL_SUBJECTS: dict[str, str] = {f"mmlu_{s}_val": s for s in MMLU_MEDICAL_SUBJECTS}
-MINIATURE: tuple[str, ...] = ("world_mcq", "world_open", "pubmedqa_real", "mmlu_med_val", *MMLU_VAL_SUBJECTS,
-                              "longform_real")
+#: one key per world question kind (``world_mcq_research_finding``): distinct question sets for a table's columns
+WORLD_KIND_KEYS: dict[str, str] = {f"world_mcq_{kind.replace(' ', '_').replace('-', '_')}": kind
+                                   for kind in ALL_KINDS}
+MINIATURE: tuple[str, ...] = ("world_mcq", *WORLD_KIND_KEYS, "world_open", "pubmedqa_real", "mmlu_med_val",
+                              *MMLU_VAL_SUBJECTS, "longform_real")
 REALDATA_FILES: dict[str, str] = {
     "pubmedqa_real": "research/pubmedqa/data/ori_pqal.json",
     "mmlu_med_val": "qa/mmlu-dev-val/data/val",
@@ -103,6 +111,7 @@ class DatasetRequest:
     limit: int | None = None
     world_seed: int = 0
     world_size: str = "small"
+    world_difficulty: Any = None  # the knowledge config's knobs: the questions' world is the knowledge base's
     realdata_root: str | None = None
     data_dir: str | None = None
 
@@ -132,6 +141,7 @@ def load_eval_dataset(req: DatasetRequest) -> list[Question]:
     loaders: dict[str, Callable[[DatasetRequest], list[Question]]] = {
         "world_mcq": lambda r: _world(r, "mcq"),
         "world_open": lambda r: _world(r, "open"),
+        **{key: (lambda r, kind=kind: _world(r, "mcq", kind)) for key, kind in WORLD_KIND_KEYS.items()},
         **{key: _realdata for key in REALDATA_FILES},
         **{key: _paper for key in PAPER_DATASETS},
     }
@@ -145,12 +155,14 @@ def load_eval_dataset(req: DatasetRequest) -> list[Question]:
     return questions[: req.limit] if req.limit else questions
 
 
-def _world(req: DatasetRequest, kind: str) -> list[Question]:
-    from omnimed.data.world import build_world
+def _world(req: DatasetRequest, kind: str, question_kind: str | None = None) -> list[Question]:
+    from omnimed.knowledge.corpus import world_of
 
-    world = build_world(req.world_seed, req.world_size)
+    world = world_of(SimpleNamespace(world_seed=req.world_seed, world_size=req.world_size,
+                                     world_difficulty=req.world_difficulty))
     pool = world.questions if kind == "mcq" else world.open_questions
-    return [q for q in pool if req.split is None or q.split == req.split]
+    return [q for q in pool if (req.split is None or q.split == req.split)
+            and (question_kind is None or q.metadata.get("kind") == question_kind)]
 
 
 def _questions(records) -> list[Question]:

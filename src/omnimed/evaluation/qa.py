@@ -63,7 +63,8 @@ def _questions(cfg) -> list:
     k = cfg.knowledge
     return load_eval_dataset(DatasetRequest(
         cfg.task.dataset, split=cfg.task.split, limit=cfg.task.limit,
-        world_seed=k.world_seed, world_size=k.world_size, realdata_root=k.realdata_root, data_dir=cfg.task.data_dir,
+        world_seed=k.world_seed, world_size=k.world_size, world_difficulty=k.world_difficulty,
+        realdata_root=k.realdata_root, data_dir=cfg.task.data_dir,
     ))
 
 

@@ -68,8 +68,8 @@ def world_queries(
             if source not in sources:
                 continue
             text = q.question
-            if source == "graph":
-                subject = (entity_names or {}).get(q.metadata.get("subject", ""))
+            if source == "graph":  # the name the question uses: an alias when the world gives it one
+                subject = q.metadata.get("subject_name") or (entity_names or {}).get(q.metadata.get("subject", ""))
                 if not subject:
                     continue
                 text = f"{subject} , {q.question}"

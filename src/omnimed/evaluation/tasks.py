@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
-from omnimed.evaluation import critic, qa, retrieval
+from omnimed.evaluation import calibration, critic, qa, retrieval
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,10 @@ EVAL_TASKS: dict[str, EvalTask] = {
         # a method's critic: accuracy overall and per label type (Self-BioRAG's four reflective-token types)
         EvalTask("critic_accuracy", critic.CriticAccuracyTaskConfig, critic.run_critic_evaluation, critic.report,
                  frozenset({"accuracy", "*/accuracy"})),
+        # the synthetic world's difficulty against its targets; the world is the knowledge base's
+        EvalTask("world_calibration", calibration.CalibrationTaskConfig, calibration.run_calibration,
+                 calibration.report, frozenset({"*/hit@[0-9]*", "*/questions", "source/*", "reader/*", "recency/*",
+                                                "targets/*"}), dataset_key="knowledge"),
     )
 }
 

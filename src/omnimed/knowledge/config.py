@@ -9,6 +9,7 @@ from typing import Any, Optional
 
 from omnimed.data.artifacts import PathsConfig
 from omnimed.data.records import SOURCE_KINDS
+from omnimed.data.world.difficulty import DifficultyConfig
 from omnimed.knowledge.types import KnowledgeError
 
 TEXT_SOURCES: tuple[str, ...] = tuple(s for s in SOURCE_KINDS if s != "graph")
@@ -148,7 +149,8 @@ class GraphConfig:
 class KnowledgeConfig:
     """A knowledge base: the corpus it is built from and how its five sources are indexed and searched.
 
-    ``corpus``: ``world`` (the synthetic world of ``world_seed`` / ``world_size``), ``realdata`` (the real files
+    ``corpus``: ``world`` (the synthetic world of ``world_seed`` / ``world_size``, its knobs overridden by
+    ``world_difficulty``), ``realdata`` (the real files
     under ``realdata_root``: OpenStax, NGC, PubMedQA abstracts, MedQuAD, Disease Ontology + Hetionet) or ``files``
     (``files[source]`` lists files of that source's format, e.g. the MedOmniKB corpora; ``graph_dir`` a folder
     laid out like realdata's ``graph/``). ``files`` is a free-keyed dict, empty by default so that the settings
@@ -165,6 +167,7 @@ class KnowledgeConfig:
     corpus: str = "world"
     world_seed: int = 0
     world_size: str = "small"
+    world_difficulty: DifficultyConfig = field(default_factory=DifficultyConfig)
     realdata_root: Optional[str] = None
     files: dict[str, list[str]] = field(default_factory=dict)
     graph_dir: Optional[str] = None

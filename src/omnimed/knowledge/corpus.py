@@ -123,17 +123,19 @@ def load_source(cfg: KnowledgeConfig, source: str) -> SourceCorpus:
 
 
 # ------------------------------------------------------------------------------------------------- world
-_WORLDS: dict[tuple[int, str], Any] = {}
+_WORLDS: dict[tuple, Any] = {}
 
 
 def world_of(cfg: KnowledgeConfig):
     """The synthetic world of the config (built once per process: every source of a build shares it)."""
     from omnimed.data.world import build_world
+    from omnimed.data.world.difficulty import world_knobs
 
-    key = (cfg.world_seed, cfg.world_size)
+    knobs = world_knobs(getattr(cfg, "world_difficulty", None))
+    key = (cfg.world_seed, cfg.world_size, tuple(sorted(knobs.items())))
     if key not in _WORLDS:
         _WORLDS.clear()
-        _WORLDS[key] = build_world(cfg.world_seed, cfg.world_size)
+        _WORLDS[key] = build_world(cfg.world_seed, cfg.world_size, knobs)
     return _WORLDS[key]
 
 
@@ -141,7 +143,7 @@ def _world_source(cfg: KnowledgeConfig, source: str) -> SourceCorpus:
     from omnimed.knowledge.graph_sources import world_graph
 
     world = world_of(cfg)
-    origin = f"world seed={cfg.world_seed} size={cfg.world_size}"
+    origin = f"world seed={cfg.world_seed} size={cfg.world_size} {world.difficulty}"
     if source == "graph":
         graph = world_graph(world)
         xrefs = {

@@ -55,7 +55,8 @@ _WORLD_SKIP_TYPES = frozenset({"issuer"})
 def world_graph(world: World) -> KnowledgeGraph:
     """The synthetic world's graph source as a KnowledgeGraph, consistent with its graph passages.
 
-    Every entity (but issuers) is a concept keyed ``type::id``; a concept with a graph passage takes that
+    Every entity (but issuers) is a concept keyed ``type::id``, its aliases its synonyms (the world's synonym
+    links: a question naming a disease by its abbreviation finds the concept); a concept with a graph passage takes that
     passage's first line ("Name: a disorder of the renal system.") as its definition and the passage id as an
     xref. Triples are the facts render_graph states between entities (:data:`WORLD_RELATIONS`, plus a pathway's
     "active in" system), labelled as render_graph labels them; each triple's source is
@@ -80,6 +81,7 @@ def world_graph(world: World) -> KnowledgeGraph:
             kind=ent.type,
             name=ent.name,
             definition=definition,
+            synonyms=list(ent.aliases),
             xrefs=[passage_id] if passage_id else [],
             sources=[WORLD_SOURCE],
         )

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from omnimed.data.artifacts import PathsConfig
+from omnimed.data.world.difficulty import DifficultyConfig
 from omnimed.models.config import ModelConfig
 from omnimed.tracking import LoggerConfig
 
@@ -40,6 +41,7 @@ class DataConfig:
     path: Optional[str] = None
     world_size: str = "small"
     world_seed: int = 0
+    world_difficulty: DifficultyConfig = field(default_factory=DifficultyConfig)
     record_kind: str = "instruction"
     split: Optional[str] = "train"  # keep records of this split (field `split` or metadata["split"]); null: all
     max_examples: Optional[int] = None

@@ -130,11 +130,13 @@ def load_examples(cfg: TrainConfig) -> tuple[list, dict[str, Any]]:
     cls = record_type(d.record_kind)
     if d.source == "world":
         from omnimed.data.world import build_world
+        from omnimed.data.world.difficulty import world_knobs
 
-        world = build_world(seed=d.world_seed, size=d.world_size)
+        world = build_world(seed=d.world_seed, size=d.world_size, difficulty=world_knobs(d.world_difficulty))
         records = [r for r in world.records() if isinstance(r, cls)]
         digest = hashlib.sha256("\n".join(r.to_json() for r in records).encode()).hexdigest()
-        lineage = {"source": "world", "size": d.world_size, "seed": d.world_seed, "fingerprint": digest}
+        lineage = {"source": "world", "size": d.world_size, "seed": d.world_seed,
+                   "difficulty": world.difficulty.as_dict(), "fingerprint": digest}
     elif d.source == "records":
         from omnimed.data.io import read_json, read_records
 

@@ -13,10 +13,19 @@ from pathlib import Path
 from typing import Any
 
 from omnimed.data.records import InstructionExample, MultipleChoiceQuestion, OpenQuestion, Passage, Record
+from omnimed.data.world.difficulty import DEFAULT, EASY, Difficulty, DifficultyConfig, resolve
 from omnimed.data.world.instructions import make_instructions
 from omnimed.data.world.model import Fact, WorldModel, build_model
 from omnimed.data.world.oracle import Oracle
-from omnimed.data.world.questions import FactIndex, build_items, make_mcqs, make_open_questions, pick_balanced
+from omnimed.data.world.questions import (
+    FactIndex,
+    build_items,
+    build_multihop_items,
+    make_mcqs,
+    make_open_questions,
+    make_self_contained,
+    pick_mixed,
+)
 from omnimed.data.world.render import FICTIONAL_NOTE, render_all
 
 SPLITS: tuple[str, ...] = ("train", "dev", "test")
@@ -25,17 +34,23 @@ SPLIT_FRACTIONS: tuple[float, float] = (0.8, 0.9)  # cumulative: 80% train, 10% 
 
 @dataclass(frozen=True)
 class WorldSize:
-    """How big a world is: diseases drive the passage count (about 16 passages per disease)."""
+    """How big a world is: diseases drive the passage count (about 16 passages per disease, more with twins);
+    ``splits`` the cumulative train and dev fractions of subjects (the rest is test); ``difficulty`` its knobs."""
 
     diseases: int
     mcq: int
     open: int
     instructions: int
+    splits: tuple[float, float] = SPLIT_FRACTIONS
+    difficulty: Difficulty = DEFAULT
 
 
 SIZES: dict[str, WorldSize] = {
-    "tiny": WorldSize(diseases=10, mcq=25, open=6, instructions=40),  # unit tests
-    "small": WorldSize(diseases=240, mcq=400, open=80, instructions=1500),  # default training job
+    "tiny": WorldSize(diseases=10, mcq=25, open=6, instructions=40, difficulty=EASY),  # unit tests
+    "small": WorldSize(diseases=240, mcq=2000, open=80, instructions=1500),  # default training job
+    # the miniature tables: every question of 1000 diseases (+ twins), 40% of subjects held out for test, so
+    # each question kind has >= 400 test questions
+    "table": WorldSize(diseases=1000, mcq=14000, open=400, instructions=3000, splits=(0.5, 0.6)),
     "large": WorldSize(
         diseases=6600, mcq=5000, open=1000, instructions=20000
     ),  # benchmarks, >= 100k passages
@@ -56,6 +71,7 @@ class World:
 
     seed: int
     size: str
+    difficulty: Difficulty
     model: WorldModel
     passages: list[Passage]
     questions: list[MultipleChoiceQuestion]
@@ -66,7 +82,7 @@ class World:
     note: str = field(default=FICTIONAL_NOTE)
 
     def __repr__(self) -> str:
-        return f"World(seed={self.seed}, size={self.size!r}, {self.counts()})"
+        return f"World(seed={self.seed}, size={self.size!r}, {self.difficulty}, {self.counts()})"
 
     @property
     def facts(self) -> list[Fact]:
@@ -98,23 +114,27 @@ class World:
         return save_record_set(
             out_dir,
             self.records(),
-            extra={"world": {"seed": self.seed, "size": self.size, "fictional": True}},
+            extra={"world": {"seed": self.seed, "size": self.size, "difficulty": self.difficulty.as_dict(),
+                             "fictional": True}},
         )
 
 
-def build_world(seed: int = 0, size: str = "small") -> World:
-    """Build the synthetic world for ``seed`` at preset ``size`` (one of :data:`SIZES`)."""
+def build_world(seed: int = 0, size: str = "small",
+                difficulty: Difficulty | DifficultyConfig | dict | None = None) -> World:
+    """Build the synthetic world for ``seed`` at preset ``size`` (one of :data:`SIZES`); ``difficulty`` overrides
+    knobs of the preset's :class:`~omnimed.data.world.difficulty.Difficulty`."""
     if size not in SIZES:
         raise ValueError(f"unknown world size {size!r}; expected one of {sorted(SIZES)}")
     preset = SIZES[size]
-    model = build_model(seed, preset.diseases)
-    passages = render_all(model, seed)
+    knobs = resolve(difficulty, preset.difficulty)
+    model = build_model(seed, preset.diseases, knobs)
+    passages = render_all(model, seed, knobs.restate)
     index = FactIndex(passages)
 
     split_rng = random.Random(f"splits-{seed}")
     groups = [d.entity.id for d in model.diseases] + [d.entity.id for d in model.drugs]
     split_rng.shuffle(groups)
-    cut_dev, cut_test = (int(len(groups) * f) for f in SPLIT_FRACTIONS)
+    cut_dev, cut_test = (int(len(groups) * f) for f in preset.splits)
     split_of_group = {
         g: ("train" if i < cut_dev else "dev" if i < cut_test else "test") for i, g in enumerate(groups)
     }
@@ -124,16 +144,21 @@ def build_world(seed: int = 0, size: str = "small") -> World:
 
     def general_split(rng: random.Random) -> str:
         x = rng.random()
-        return "train" if x < SPLIT_FRACTIONS[0] else "dev" if x < SPLIT_FRACTIONS[1] else "test"
+        return "train" if x < preset.splits[0] else "dev" if x < preset.splits[1] else "test"
 
     q_rng = random.Random(f"questions-{seed}")
     items = build_items(model, q_rng)
-    mcqs = make_mcqs(pick_balanced(items, preset.mcq, q_rng), model, index, q_rng, split_of)
+    hop_items = build_multihop_items(model, random.Random(f"multihop-{seed}")) if knobs.multihop else []
+    picked, n_self = pick_mixed(items, hop_items, preset.mcq, knobs, q_rng)
+    mcqs = make_mcqs(picked, model, index, q_rng, split_of, aliases=knobs.aliases,
+                     alias_rng=random.Random(f"aliases-{seed}"))
+    mcqs += make_self_contained(model, n_self, random.Random(f"self-contained-{seed}"), split_of, len(mcqs) + 1)
     opens = make_open_questions(model, index, q_rng, preset.open, split_of)
     oracle = Oracle(passages, [*mcqs, *opens])
     inst_rng = random.Random(f"instructions-{seed}")
     instructions = make_instructions(
-        model, items, index, passages, oracle, inst_rng, preset.instructions, split_of, general_split
+        model, items, index, passages, oracle, inst_rng, preset.instructions, split_of, general_split,
+        no_knowledge=knobs.no_knowledge,
     )
     for ex in instructions:
         oracle.register(ex)
@@ -145,4 +170,4 @@ def build_world(seed: int = 0, size: str = "small") -> World:
         splits[o.split]["open"].append(o.id)
     for ex in instructions:
         splits[ex.metadata["split"]]["instruction"].append(ex.id)
-    return World(seed, size, model, passages, mcqs, opens, instructions, splits, oracle)
+    return World(seed, size, knobs, model, passages, mcqs, opens, instructions, splits, oracle)

@@ -8,7 +8,8 @@ Two families:
   (relevant, partially supported) or a passage about something else (irrelevant, no support), so a critic sees
   every label value.
 - **no-retrieval** examples are answerable from general language or from their own input: definitions of general
-  words, arithmetic on numbers given in the input, extraction of items listed in the input.
+  words, arithmetic on numbers given in the input, extraction of items listed in the input, rewriting a clipped
+  note in full sentences and summarising a report given in the input.
 
 Outputs are one short sentence in a fixed pattern per task ("The current first-line treatment for X is Y."), so a
 135M model fine-tuned for a few minutes visibly learns them; the instruction wordings vary.
@@ -220,8 +221,10 @@ def _retrieval_example(
 
 def _general_example(ex_id: str, m: WorldModel, rng: random.Random, split: str) -> InstructionExample:
     """One no-retrieval example: a definition, an arithmetic task on its input, or an extraction from its input."""
-    kind = rng.choice(("definition", "arithmetic", "arithmetic", "extraction"))
-    if kind == "definition":
+    kind = rng.choice(("definition", "arithmetic", "arithmetic", "extraction", "rewrite", "summary"))
+    if kind in ("rewrite", "summary"):
+        instruction, inp, output = (_rewrite if kind == "rewrite" else _summary)(m, rng)
+    elif kind == "definition":
         word, sentence = GLOSSARY[rng.randrange(len(GLOSSARY))]
         instruction, inp, output = rng.choice(DEFINE_PROMPTS).format(w=word), "", sentence
     elif kind == "extraction":
@@ -240,6 +243,29 @@ def _general_example(ex_id: str, m: WorldModel, rng: random.Random, split: str) 
         dataset=DATASET,
         labels=ReflectiveLabels(retrieval="[No Retrieval]", utility="[Utility:5]"),
         metadata={"fictional": True, "kind": kind, "needs_retrieval": False, "task": kind, "split": split},
+    )
+
+
+def _rewrite(m: WorldModel, rng: random.Random) -> tuple[str, str, str]:
+    """A clipped clinical note to write out in full sentences: everything the output says is in the input."""
+    s1, s2 = (s.entity.name for s in rng.sample(m.symptoms, 2))
+    days = rng.randint(2, 14)
+    return (
+        rng.choice(("Rewrite this note in plain full sentences.", "Expand the abbreviated note into plain English.")),
+        f"Pt c/o {s1} x {days}/7. Denies {s2}.",
+        f"The patient has had {s1} for {days} days and does not have {s2}.",
+    )
+
+
+def _summary(m: WorldModel, rng: random.Random) -> tuple[str, str, str]:
+    """A trial report to summarise in one sentence: the numbers come from the input, not from the world."""
+    drug = m.drugs[rng.randrange(len(m.drugs))].entity.name
+    n, effect, weeks = rng.randint(12, 90) * 10, rng.randint(10, 50), rng.choice((12, 24, 52))
+    return (
+        rng.choice(("Summarise the report in one sentence.", "Give a one-sentence summary of this abstract.")),
+        (f"We randomly assigned {n} patients to {drug} or placebo for {weeks} weeks. Compared with placebo, "
+         f"{drug} lowered the symptom score by {effect}%. Side effects were mild and similar in both groups."),
+        f"In {n} patients over {weeks} weeks, {drug} lowered the symptom score by {effect}% compared with placebo.",
     )
 
 
@@ -286,8 +312,10 @@ def make_instructions(
     n: int,
     split_of: Callable[[str], str],
     general_split: Callable[[random.Random], str],
+    no_knowledge: float = 0.3,
 ) -> list[InstructionExample]:
-    """``n`` instruction examples, about 70% needing retrieval (items cycled in shuffled order), 30% not."""
+    """``n`` instruction examples, ``no_knowledge`` of them answerable without the world's knowledge, the rest
+    needing retrieval (items cycled in shuffled order)."""
     by_id = {p.id: p for p in passages}
     about_index: dict[str, list[str]] = {}
     for p in passages:
@@ -299,7 +327,7 @@ def make_instructions(
     j = 0
     for i in range(1, n + 1):
         ex_id = f"world-inst-{i:06d}"
-        if rng.random() < 0.3:
+        if rng.random() < no_knowledge:
             out.append(_general_example(ex_id, m, rng, general_split(rng)))
         else:
             it = items[order[j % len(order)]]

@@ -14,6 +14,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from omnimed.data.world.difficulty import DEFAULT, Difficulty
 from omnimed.data.world.names import NameForge
 
 SYSTEMS: tuple[str, ...] = (
@@ -79,6 +80,8 @@ class Entity:
     id: str
     type: str
     name: str
+    #: other names of the concept (abbreviation, synonym, systematic name); only the graph's names entry uses them
+    aliases: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -228,6 +231,8 @@ class WorldModel:
     facts: list[Fact] = field(default_factory=list)
     entities: dict[str, Entity] = field(default_factory=dict)
     fact_index: dict[str, Fact] = field(default_factory=dict)
+    #: (disease id, its near-namesake twin's id)
+    twins: list[tuple[str, str]] = field(default_factory=list)
 
     counters: dict[str, int] = field(default_factory=dict)
 
@@ -249,8 +254,12 @@ def _date(rng: random.Random, year: int) -> str:
     return f"{year:04d}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
 
 
-def build_model(seed: int, n_diseases: int) -> WorldModel:
-    """Create the ground truth of a world with ``n_diseases`` diseases (and proportional drugs, pathways, ...)."""
+def build_model(seed: int, n_diseases: int, difficulty: Difficulty = DEFAULT) -> WorldModel:
+    """Create the ground truth of a world with ``n_diseases`` diseases (and proportional drugs, pathways, ...),
+    plus ``difficulty.twins`` near-namesake twins per disease and every disease's and drug's aliases.
+
+    Twins and aliases draw from their own generators, so the knobs at zero leave the rest of the world unchanged.
+    """
     rng = random.Random(seed)
     names = NameForge(rng)
     m = WorldModel(seed=seed)
@@ -322,8 +331,32 @@ def build_model(seed: int, n_diseases: int) -> WorldModel:
         drugs_by_pathway.setdefault(pathway_of_protein[d.target.id], []).append(d)
 
     for i in range(n_diseases):
-        _add_disease(m, rng, names, drugs_by_pathway, force_chain=(i == 0))
+        _add_disease(m, rng, names, drugs_by_pathway, force_chain=(i == 0), superseded=difficulty.superseded)
+
+    twin_rng = random.Random(f"twins-{seed}")
+    twin_names = NameForge(twin_rng, used=names.used)
+    n_twins = round(difficulty.twins * n_diseases)
+    # two-word names first: a twin of "Brakel fever" is "Brakel palsy", sharing a word a lexical search matches
+    bases = sorted(m.diseases, key=lambda d: (" " not in d.entity.name, twin_rng.random()))[:n_twins]
+    for base in bases:
+        twin = _add_disease(m, twin_rng, twin_names, drugs_by_pathway, force_chain=False,
+                            superseded=difficulty.superseded, twin_of=base)
+        m.twins.append((base.entity.id, twin.entity.id))
+    if difficulty.aliases > 0:
+        _add_aliases(m, NameForge(random.Random(f"aliases-{seed}"), used=names.used))
     return m
+
+
+def _add_aliases(m: WorldModel, names: NameForge) -> None:
+    """Give every disease an abbreviation, an eponym and a systematic name, and every drug a code and a brand."""
+    per_system: dict[str, int] = {}
+    for d in m.diseases:
+        system = d.system.name.removesuffix(" system")
+        per_system[system] = per_system.get(system, 0) + 1
+        d.entity.aliases = [names.abbreviation(d.entity.name), names.eponym(),
+                            names.claim(f"{system} disorder type {per_system[system]}")]
+    for dr in m.drugs:
+        dr.entity.aliases = [names.drug_code(), names.brand()]
 
 
 def _add_disease(
@@ -332,9 +365,15 @@ def _add_disease(
     names: NameForge,
     drugs_by_pathway: dict[str, list[Drug]],
     force_chain: bool,
-) -> None:
-    """Add one disease with its presentation, genetics, pathophysiology, guideline history and trials."""
-    ent = m.entity("disease", "DIS", names.disease())
+    superseded: float,
+    twin_of: Disease | None = None,
+) -> Disease:
+    """Add one disease with its presentation, genetics, pathophysiology, guideline history and trials.
+
+    ``superseded``: the chance that its current recommendation replaced an older one. ``twin_of``: make it the
+    near-namesake of that disease (a shared name word, the same organ system, two of its three symptoms).
+    """
+    ent = m.entity("disease", "DIS", names.twin(twin_of.entity.name) if twin_of else names.disease())
     pathway = rng.choice(m.pathways)
     finding_ent = m.entity("finding", "FND", names.finding())
     finding = Finding(finding_ent, rng.choice(FINDING_QUALITIES))
@@ -355,6 +394,10 @@ def _add_disease(
         described_by=names.person(),
         described_in=names.place(),
     )
+    if twin_of is not None:
+        d.system = twin_of.system
+        others = [s.entity for s in m.symptoms if s.entity not in twin_of.symptoms]
+        d.symptoms = [*rng.sample(twin_of.symptoms, 2), rng.choice(others)]
     f = d.facts
     f["symptoms"] = [m.fact("has_symptom", ent.id, s.id) for s in d.symptoms]
     f["finding"] = m.fact("has_finding", ent.id, finding_ent.id)
@@ -367,7 +410,8 @@ def _add_disease(
     f["locus"] = m.fact("located_on", gene.id, d.chromosome)
 
     # --- guideline history: a chain where each newer guideline (equal or higher authority) replaces the older
-    length = rng.choices((1, 2, 3), weights=(3, 5, 2))[0]
+    # at the default 0.7 these are the weights (3, 5, 2): chains of two are the commonest
+    length = rng.choices((1, 2, 3), weights=(1 - superseded, superseded * 5 / 7, superseded * 2 / 7))[0]
     if force_chain:
         length = max(length, 2)
     same_pathway = drugs_by_pathway.get(pathway.entity.id, [])
@@ -466,3 +510,4 @@ def _add_disease(
     )
     f["gene"] = m.fact("causal_gene", ent.id, gene.id, odds_ratio=d.gene_study.odds_ratio)
     m.diseases.append(d)
+    return d

@@ -100,9 +100,18 @@ PLACE_ENDINGS: tuple[str, ...] = ("ia", "mark", "land", "ora", "avia", "eth")
 class NameForge:
     """Draws unique invented names of each kind from one seeded generator."""
 
-    def __init__(self, rng: random.Random) -> None:
+    def __init__(self, rng: random.Random, used: set[str] | None = None) -> None:
         self.rng = rng
-        self._used: set[str] = set()  # only ever tested for membership, never iterated
+        # only ever tested for membership, never iterated; shared by forges that name concepts of one world
+        self._used: set[str] = set() if used is None else used
+
+    @property
+    def used(self) -> set[str]:
+        return self._used
+
+    def claim(self, name: str) -> str:
+        """Reserve a name made elsewhere (a systematic name); fails if it is taken."""
+        return self._claim(lambda: name, tries=1)
 
     # ------------------------------------------------------------------ building blocks
     def _syllable(self) -> str:
@@ -113,15 +122,16 @@ class NameForge:
         """A lower-case pronounceable stem of ``syllables`` syllables."""
         return "".join(self._syllable() for _ in range(syllables))
 
-    def _claim(self, make) -> str:
+    def _claim(self, make, tries: int = 10_000) -> str:
         """Call ``make`` until it returns a name not used before (case-insensitively); reserve and return it."""
-        for _ in range(10_000):
+        for _ in range(tries):
             name = make()
             key = name.lower()
             if key not in self._used:
                 self._used.add(key)
                 return name
-        raise RuntimeError("name space exhausted; raise the syllable count")
+        raise RuntimeError("name space exhausted; raise the syllable count" if tries > 1 else
+                           f"name {make()!r} is already taken")
 
     @staticmethod
     def join(stem: str, suffix: str) -> str:
@@ -147,6 +157,46 @@ class NameForge:
             return f"{self.stem(2).capitalize()} {self.rng.choice(DISEASE_WORDS)}"
 
         return self._claim(make)
+
+    def twin(self, name: str) -> str:
+        """A near-namesake of a disease name: the same first word with another disease word ("Brakel fever" ->
+        "Brakel palsy"), or the same stem with another suffix ("Brakosis" -> "Brakitis")."""
+
+        def make() -> str:
+            if " " in name:
+                return f"{name.split(' ', 1)[0]} {self.rng.choice(DISEASE_WORDS)}"
+            stem = next((name[: -len(x)] for x in DISEASE_SUFFIXES if name.endswith(x)), name)
+            return self.join(stem.lower(), self.rng.choice(DISEASE_SUFFIXES)).capitalize()
+
+        try:
+            return self._claim(make, tries=50)
+        except RuntimeError:  # every variant taken: an unrelated name
+            return self.disease()
+
+    def abbreviation(self, name: str) -> str:
+        """An upper-case abbreviation of three of a name's consonants, with a number once the short ones are
+        taken."""
+        letters = [c for c in name.upper() if c.isalpha() and c not in "AEIOU"] or list(name.upper())
+        tries = [0]
+
+        def make() -> str:
+            tries[0] += 1
+            picked = sorted(self.rng.sample(range(len(letters)), min(3, len(letters))))
+            short = "".join(letters[i] for i in picked)
+            return short if tries[0] <= 5 else f"{short}-{self.rng.randint(2, 99)}"
+
+        return self._claim(make)
+
+    def eponym(self) -> str:
+        return self._claim(lambda: f"{self.stem(2).capitalize()}'s {self.rng.choice(DISEASE_WORDS)}")
+
+    def drug_code(self) -> str:
+        """A development code ("KX-4417")."""
+        return self._claim(lambda: "".join(self.rng.choice("BCDFGKLMNPRSTVXZ") for _ in range(2))
+                           + f"-{self.rng.randint(100, 9999)}")
+
+    def brand(self) -> str:
+        return self._claim(lambda: self.join(self.stem(2), self.rng.choice(("ex", "ia", "on", "yl"))).capitalize())
 
     def drug(self) -> str:
         return self._claim(lambda: self.join(self.stem(2), self.rng.choice(DRUG_SUFFIXES)).capitalize())

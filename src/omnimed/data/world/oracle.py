@@ -116,10 +116,11 @@ class Oracle:
                 frozenset(meta.get("entities", ())),
                 frozenset(list(meta.get("outdated", ())) + list(meta.get("not_advised", ()))),
             )
-            if (
-                p.source == "graph" and p.title
-            ):  # one graph passage per concept: its title is the concept's name
-                first_words.setdefault(p.title.split()[0].lower(), []).append(p.title.lower())
+            # one graph passage per concept: its title is the concept's name; its names entry lists the aliases
+            names = meta.get("names", []) if meta.get("section") == "names" else [p.title] if p.title else []
+            if p.source == "graph":
+                for name in names:
+                    first_words.setdefault(name.split()[0].lower(), []).append(name.lower())
         self._names_by_first_word = first_words
         self._specs: dict[str, _Spec] = {}
         self._by_text: dict[str, _Spec] = {}
@@ -180,6 +181,7 @@ class Oracle:
             options=dict(meta.get("option_entities", {})),
             key_terms=tuple(meta.get("key_terms", ())),
             reference=record.reference_answer if isinstance(record, OpenQuestion) else "",
+            needs_retrieval=bool(meta.get("needs_retrieval", True)),
         )
 
     # ------------------------------------------------------------------------------------------ resolution
@@ -342,7 +344,7 @@ class Oracle:
     def answer_utility(self, question: QuestionLike, answer: str) -> int:
         """Self-RAG's perceived utility of an output, 1-5 (see the module docstring)."""
         spec = self._spec(question)
-        if not spec.needs_retrieval:
+        if not spec.needs_retrieval and spec.answer_entity is None:
             return 5 if _norm(answer) == _norm(spec.reference) else 1
         if spec.answer_entity is None:
             text = _norm(answer)

@@ -13,10 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from omnimed.data.records import SOURCE_KINDS, MultipleChoiceQuestion, OpenQuestion, Passage
+from omnimed.data.world.difficulty import Difficulty
 from omnimed.data.world.model import Disease, WorldModel
 
 DATASET = "omnimed-world"
+#: single-fact kinds, round-robin in every world; the last two come with the difficulty knobs
 KINDS: tuple[str, ...] = ("diagnosis", "treatment", "mechanism", "research finding", "examination")
+ALL_KINDS: tuple[str, ...] = (*KINDS, "multi-hop", "self-contained")
 LETTERS = "ABCDE"
 
 
@@ -264,6 +267,53 @@ def build_items(m: WorldModel, rng: random.Random) -> list[Item]:
     return items
 
 
+def build_multihop_items(m: WorldModel, rng: random.Random) -> list[Item]:
+    """Two-fact items whose facts lie in two sources, three per disease: the mechanism of the current first-line
+    drug (guideline + book), the gene of the disease a finding points to (wiki + research), the target of the drug
+    a trial tested (research + book)."""
+    drug_by_id = {dr.entity.id: dr for dr in m.drugs}
+    all_mechs = [dr.mechanism.id for dr in m.drugs]
+    all_genes = [d.gene.id for d in m.diseases]
+    all_targets = [dr.target.id for dr in m.drugs]
+
+    def fill(first: list[str], pool: list[str], exclude: str, k: int = 6) -> list[str]:
+        out = [x for i, x in enumerate(first) if x != exclude and x not in first[:i]]
+        while len(out) < k:
+            x = pool[rng.randrange(len(pool))]
+            if x != exclude and x not in out:
+                out.append(x)
+        return out[:k]
+
+    twin_of = {a: b for a, b in m.twins} | {b: a for a, b in m.twins}
+    genes = {d.entity.id: d.gene.id for d in m.diseases}
+    items: list[Item] = []
+    for d in m.diseases:
+        did, name = d.entity.id, d.entity.name
+        cur = drug_by_id[d.current.drug.id]
+        old = [drug_by_id[g.drug.id].mechanism.id for g in d.chain[:-1]]
+        items.append(Item(
+            f"hop-moa:{did}", "multi-hop", "first_line_mechanism", did, did, cur.mechanism.id, cur.mechanism.name,
+            [d.facts["first_line"], cur.facts["moa"]], fill(list(reversed(old)), all_mechs, cur.mechanism.id),
+            f"What is the mechanism of action of the drug that current guidelines recommend as first-line "
+            f"treatment for {name}?", {"disease": name, "mechanism": cur.mechanism.name}))
+        near = [genes[twin_of[did]]] if did in twin_of else []
+        items.append(Item(
+            f"hop-gene:{did}", "multi-hop", "finding_gene", did, did, d.gene.id, d.gene.name,
+            [d.facts["finding"], d.facts["gene"]], fill(near, all_genes, d.gene.id),
+            f"{d.finding.name} is characteristic of one disease of the {d.system.name}. Variants in which gene are "
+            f"associated with that disease?", {"finding": d.finding.name, "gene": d.gene.name}))
+        trial = d.trials[0]
+        target = drug_by_id[trial.drug.id].target
+        others = [drug_by_id[t.drug.id].target.id for t in d.trials[1:]]
+        items.append(Item(
+            f"hop-target:{did}", "multi-hop", "trial_target", did, did, target.id, target.name,
+            [trial.fact, drug_by_id[trial.drug.id].facts["target"]], fill(others, all_targets, target.id),
+            f"In a randomized trial of {trial.n} patients with {name}, one drug reduced {trial.outcome} by "
+            f"{trial.effect}% compared with placebo. Which molecular target does that drug act on?",
+            {"disease": name, "target": target.name}))
+    return items
+
+
 # ---------------------------------------------------------------------------------------------------------- MCQs
 def item_metadata(it: Item, m: WorldModel) -> dict:
     """What the oracle needs to judge answers to an item, stored with the record so saved records stay judgeable."""
@@ -300,23 +350,56 @@ def make_mcqs(
     index: FactIndex,
     rng: random.Random,
     split_of: Callable[[str], str],
+    *,
+    aliases: float = 0.0,
+    alias_rng: random.Random | None = None,
 ) -> list[MultipleChoiceQuestion]:
-    """Word items as 4- or 5-option MCQs; gold passages are all passages fully stating the item's facts."""
+    """Word items as 4- or 5-option MCQs; gold passages are all passages fully stating the item's facts (the
+    fewest passages that together state them, for multi-hop items).
+
+    ``aliases``: the chance that a question names its subject by one of its aliases instead of the name the
+    passages use (``metadata["subject_name"]`` says which name it uses, ``metadata["named_by"]`` whether an alias).
+    """
+    alias_rng = alias_rng or random.Random(0)
+    # drugs whose recommendation for a disease was superseded: wrong options of its treatment question
+    outdated = {d.entity.id: [g.drug.id for g in d.chain[:-1]] for d in m.diseases}
+    finding_of = {f.entity.name: f for f in m.findings}
+    disease_of = {d.entity.id: d for d in m.diseases}
+    noun_of = {x.entity.id: x.noun for x in m.symptoms}
     out: list[MultipleChoiceQuestion] = []
     for i, it in enumerate(items, start=1):
+        subject = m.entities[it.subject]
+        stem, subject_name, named_by = it.stem, subject.name, "name"
+        if aliases > 0 and subject.aliases and subject.name in stem and alias_rng.random() < aliases:
+            subject_name = subject.aliases[alias_rng.randrange(len(subject.aliases))]
+            stem, named_by = stem.replace(subject.name, subject_name), "alias"
+        elif aliases > 0 and it.relation == "diagnosis" and alias_rng.random() < aliases:
+            # the vignette says what the patient and the examiner notice, not the invented names the passages use
+            finding = finding_of[it.slots["finding"]]
+            d = disease_of[it.subject]
+            nouns = [noun_of[x.id] for x in d.symptoms]
+            stem = stem.replace(it.slots["symptoms"], f"{nouns[0]}, {nouns[1]} and {nouns[2]}").replace(
+                f"{finding.entity.name} is noted", f"a finding {finding.quality} is noted")
+            named_by = "description"
         k = rng.choice((4, 5))
         chosen = [it.answer, *it.distractors[: k - 1]]
         order = list(chosen)
         rng.shuffle(order)
         options = {LETTERS[j]: m.entities[e].name for j, e in enumerate(order)}
         letter = LETTERS[order.index(it.answer)]
-        gold = index.stating_all(it.facts)
+        gold = index.cover(it.facts) if it.kind == "multi-hop" else index.stating_all(it.facts)
         meta = item_metadata(it, m)
         meta["option_entities"] = {LETTERS[j]: e for j, e in enumerate(order)}
+        if it.relation == "first_line_treatment":
+            meta["outdated_entities"] = [e for e in order if e in outdated[it.subject] and e != it.answer]
+        if subject.type in ("disease", "drug") and subject.name in it.stem:
+            meta["subject_name"] = subject_name
+        if aliases > 0:
+            meta["named_by"] = named_by
         out.append(
             MultipleChoiceQuestion(
                 id=f"world-mcq-{i:06d}",
-                question=it.stem,
+                question=stem,
                 options=options,
                 answer=[letter],
                 dataset=DATASET,
@@ -326,6 +409,77 @@ def make_mcqs(
                 metadata=meta,
             )
         )
+    return out
+
+
+def pick_mixed(single: list[Item], multihop: list[Item], n: int, difficulty: Difficulty,
+               rng: random.Random) -> tuple[list[Item], int]:
+    """``n`` questions' items: ``multihop`` x n multi-hop ones, the single-fact rest balanced over the kinds, and
+    the number of self-contained questions to add (``self_contained`` x n)."""
+    n_self = round(difficulty.self_contained * n)
+    n_hop = min(round(difficulty.multihop * n), len(multihop))
+    picked = pick_balanced(single, n - n_self - n_hop, rng)
+    if n_hop:
+        hop_rng = random.Random(rng.random())
+        picked += hop_rng.sample(multihop, n_hop)
+    return picked, n_self
+
+
+# ---------------------------------------------------------------------------------------------------------- self-contained
+SELF_CONTAINED_RANGE = ("above the reference range", "within the reference range", "below the reference range",
+                        "cannot be judged without the guideline")
+
+
+def make_self_contained(m: WorldModel, n: int, rng: random.Random, split_of: Callable[[str], str],
+                        first_number: int) -> list[MultipleChoiceQuestion]:
+    """``n`` MCQs whose answer follows from numbers stated in the question (a result against its stated reference
+    range, what remains of a dose after whole half-lives, a total daily dose): no passage is needed, and the
+    drug they name only makes retrieval bring noise."""
+    out: list[MultipleChoiceQuestion] = []
+    for i in range(n):
+        dr = m.drugs[rng.randrange(len(m.drugs))]
+        drug = dr.entity.name
+        form = i % 3
+        if form == 0:
+            lo = rng.randint(5, 40)
+            hi = lo + rng.randint(20, 80)
+            value = rng.choice((rng.randint(hi + 5, hi * 2), rng.randint(lo, hi), rng.randint(1, max(1, lo - 2))))
+            answer = SELF_CONTAINED_RANGE[0 if value > hi else 1 if value >= lo else 2]
+            stem = (f"A patient taking {drug} has a serum {dr.target.name} activity of {value} U/L. The "
+                    f"laboratory's reference range is {lo}-{hi} U/L. How is this result best described?")
+            options = list(SELF_CONTAINED_RANGE)
+        elif form == 1:
+            k = rng.randint(1, 4)
+            answer = f"{100 / 2 ** k:g}%"
+            stem = (f"{drug} has a plasma half-life of {dr.half_life} hours. If a single dose is taken and nothing "
+                    f"more, what percentage of it is still in the body {k * dr.half_life} hours later?")
+            options = [f"{100 / 2 ** j:g}%" for j in range(5)]
+        else:
+            doses, mg = rng.randint(2, 4), rng.choice((5, 10, 20, 25, 50))
+            answer = f"{doses * mg} mg"
+            stem = f"{drug} is prescribed as {doses} doses of {mg} mg per day. What total daily dose is that?"
+            options = [f"{x} mg" for x in dict.fromkeys((doses * mg, (doses + 1) * mg, (doses - 1) * mg, mg,
+                                                         2 * doses * mg))]
+        rng.shuffle(options)
+        options = options[:4] if answer in options[:4] else [answer, *options[:3]]
+        rng.shuffle(options)
+        letter = LETTERS[options.index(answer)]
+        values = {f"value:{o}": o for o in options}
+        out.append(MultipleChoiceQuestion(
+            id=f"world-mcq-{first_number + i:06d}",
+            question=stem,
+            options={LETTERS[j]: o for j, o in enumerate(options)},
+            answer=[letter],
+            dataset=DATASET,
+            split=split_of(dr.entity.id),
+            gold_passages=[],
+            gold_sources=[],
+            metadata={"fictional": True, "kind": "self-contained", "relation": "computation",
+                      "subject": dr.entity.id, "facts": [], "needs_retrieval": False,
+                      "answer_entity": f"value:{answer}", "candidates": values,
+                      "option_entities": {LETTERS[j]: f"value:{o}" for j, o in enumerate(options)},
+                      "item": f"computation:{first_number + i}"},
+        ))
     return out
 
 

@@ -363,9 +363,15 @@ def render_wiki(m: WorldModel) -> list[Passage]:
 
 
 # ---------------------------------------------------------------------------------------------------------- graph
-def render_graph(m: WorldModel) -> list[Passage]:
-    """One passage per concept: a definition line, then typed triples ``A | relation | B``."""
+def render_graph(m: WorldModel, restate: float = 1.0, rng: random.Random | None = None) -> list[Passage]:
+    """One passage per concept: a definition line, then typed triples ``A | relation | B``; a second passage per
+    disease and drug lists its other names (``A | also known as | B``).
+
+    ``restate``: the chance that a disease's, gene's or drug's entry restates the facts the wiki, research and book
+    state (symptoms, finding, gene, mechanism, target); the others keep their definition and plain relations.
+    """
     out = _Sink("graph")
+    rng = rng or random.Random(0)
 
     def concept(
         ent_id: str,
@@ -386,29 +392,29 @@ def render_graph(m: WorldModel) -> list[Passage]:
             [ent_id, *entities],
             concept_type=ent.type,
         )
+        if ent.aliases:
+            out.add(f"graph:{ent_id}", 2, f"{ent.name}: names",
+                    "\n".join(f"{ent.name} | also known as | {alias}" for alias in ent.aliases),
+                    [], [ent_id], [ent_id], concept_type=ent.type, section="names", names=list(ent.aliases))
 
     for dis in m.diseases:
-        n = dis.entity.name
-        concept(
-            dis.entity.id,
-            f"a disorder of the {dis.system.name}.",
-            [(n, "is a", "disease"), (n, "affects", dis.system.name)]
-            + [(n, "has symptom", s.name) for s in dis.symptoms]
-            + [(n, "has finding", dis.finding.name), (n, "associated gene", dis.gene.name)],
-            [dis.facts["system"], *dis.facts["symptoms"], dis.facts["finding"], dis.facts["gene"]],
-            [dis.system.id, *[s.id for s in dis.symptoms], dis.finding.id, dis.gene.id],
-        )
-        g = dis.gene.name
+        n, g = dis.entity.name, dis.gene.name
+        restated = restate >= 1.0 or rng.random() < restate
+        triples = [(n, "is a", "disease"), (n, "affects", dis.system.name)]
+        facts, entities = [dis.facts["system"]], [dis.system.id]
+        if restated:
+            triples += [(n, "has symptom", s.name) for s in dis.symptoms]
+            triples += [(n, "has finding", dis.finding.name), (n, "associated gene", g)]
+            facts += [*dis.facts["symptoms"], dis.facts["finding"], dis.facts["gene"]]
+            entities += [*[s.id for s in dis.symptoms], dis.finding.id, dis.gene.id]
+        concept(dis.entity.id, f"a disorder of the {dis.system.name}.", triples, facts, entities)
         concept(
             dis.gene.id,
             f"a gene on chromosome {dis.chromosome}.",
-            [
-                (g, "is a", "gene"),
-                (g, "located on", f"chromosome {dis.chromosome}"),
-                (g, "associated with", n),
-            ],
-            [dis.facts["locus"], dis.facts["gene"]],
-            [dis.entity.id],
+            [(g, "is a", "gene"), (g, "located on", f"chromosome {dis.chromosome}")]
+            + ([(g, "associated with", n)] if restated else []),
+            [dis.facts["locus"]] + ([dis.facts["gene"]] if restated else []),
+            [dis.entity.id] if restated else [],
         )
     for f in m.findings:
         n = f.entity.name
@@ -424,18 +430,15 @@ def render_graph(m: WorldModel) -> list[Passage]:
         concept(s.entity.id, f"{s.noun} that is {s.quality}.", [(n, "is a", "symptom")], [s.fact], [])
     for d in m.drugs:
         n = d.entity.name
-        concept(
-            d.entity.id,
-            f"a drug of the {d.drug_class.name}.",
-            [
-                (n, "is a", "drug"),
-                (n, "member of", d.drug_class.name),
-                (n, "mechanism of action", d.mechanism.name),
-                (n, "targets", d.target.name),
-            ],
-            [d.facts["class"], d.facts["moa"], d.facts["target"]],
-            [d.drug_class.id, d.mechanism.id, d.target.id],
-        )
+        triples = [(n, "is a", "drug"), (n, "member of", d.drug_class.name)]
+        if restate >= 1.0 or rng.random() < restate:
+            triples += [(n, "mechanism of action", d.mechanism.name), (n, "targets", d.target.name)]
+            concept(d.entity.id, f"a drug of the {d.drug_class.name}.", triples,
+                    [d.facts["class"], d.facts["moa"], d.facts["target"]],
+                    [d.drug_class.id, d.mechanism.id, d.target.id])
+        else:
+            concept(d.entity.id, f"a drug of the {d.drug_class.name}.", triples, [d.facts["class"]],
+                    [d.drug_class.id])
     for p in m.proteins:
         n = p.entity.name
         concept(
@@ -469,7 +472,7 @@ def render_graph(m: WorldModel) -> list[Passage]:
     return out.items
 
 
-def render_all(m: WorldModel, seed: int) -> list[Passage]:
+def render_all(m: WorldModel, seed: int, restate: float = 1.0) -> list[Passage]:
     """All passages, grouped by source in the fixed order book, guideline, research, wiki, graph."""
     rng = random.Random(f"render-{seed}")
     return (
@@ -477,5 +480,5 @@ def render_all(m: WorldModel, seed: int) -> list[Passage]:
         + render_guidelines(m)
         + render_research(m, rng)
         + render_wiki(m)
-        + render_graph(m)
+        + render_graph(m, restate, random.Random(f"restate-{seed}"))
     )

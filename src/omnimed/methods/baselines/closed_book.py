@@ -40,14 +40,17 @@ class ClosedBook(Method):
         """The passages each question is answered with (None: none at all)."""
         return None
 
-    def answer(self, questions: Sequence[Question], backend: Any, kb: Any, *, seed: int) -> list[Answer]:
+    def answer(self, questions: Sequence[Question], backend: Any, kb: Any, *, seed: int,
+               evidence: Sequence[Sequence[Passage]] | None = None) -> list[Answer]:
+        """``evidence``: passages per question to read instead of :meth:`evidence`'s (an evaluation handing the
+        reader chosen passages, e.g. the world's gold ones); None: the method's own (none, or retrieved)."""
         from omnimed.generation.types import SamplingParams
         from omnimed.methods.reader import Reader
 
         cfg = self.cfg
         params = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=seed)
         reader = Reader(backend, params=params, answer_mode=cfg.answer_mode)
-        evidence = self.evidence(questions, kb)
+        evidence = self.evidence(questions, kb) if evidence is None else [list(ev) for ev in evidence]
         outputs: list = [None] * len(questions)
         for kind, read in (("mcq", reader.answer_mcq), ("open", reader.answer_open)):
             idx = [i for i, q in enumerate(questions) if isinstance(q, MultipleChoiceQuestion) == (kind == "mcq")]

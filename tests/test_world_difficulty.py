@@ -122,8 +122,8 @@ def test_a_self_contained_question_is_answerable_from_its_text_alone(hard: World
 
 
 def test_no_knowledge_sets_the_share_of_instructions_that_need_no_retrieval() -> None:
-    none = build_world(seed=3, size="tiny", difficulty={"no_knowledge": 0.0}).instructions
-    every = build_world(seed=3, size="tiny", difficulty={"no_knowledge": 1.0}).instructions
+    none = build_world(seed=3, size="tiny", difficulty={**HARD, "no_knowledge": 0.0}).instructions
+    every = build_world(seed=3, size="tiny", difficulty={**HARD, "no_knowledge": 1.0}).instructions
     assert all(ex.metadata["needs_retrieval"] is not False for ex in none)
     assert all(ex.metadata["needs_retrieval"] is False for ex in every)
     assert {"rewrite", "summary"} <= {ex.metadata["task"] for ex in every}

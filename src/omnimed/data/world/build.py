@@ -14,7 +14,7 @@ from typing import Any
 
 from omnimed.data.records import InstructionExample, MultipleChoiceQuestion, OpenQuestion, Passage, Record
 from omnimed.data.world.difficulty import DEFAULT, EASY, Difficulty, DifficultyConfig, resolve
-from omnimed.data.world.instructions import make_instructions
+from omnimed.data.world.instructions import GENERAL_KINDS, GENERAL_KINDS_HARD, make_instructions
 from omnimed.data.world.model import Fact, WorldModel, build_model
 from omnimed.data.world.oracle import Oracle
 from omnimed.data.world.questions import (
@@ -158,7 +158,7 @@ def build_world(seed: int = 0, size: str = "small",
     inst_rng = random.Random(f"instructions-{seed}")
     instructions = make_instructions(
         model, items, index, passages, oracle, inst_rng, preset.instructions, split_of, general_split,
-        no_knowledge=knobs.no_knowledge,
+        no_knowledge=knobs.no_knowledge, general_kinds=GENERAL_KINDS if knobs == EASY else GENERAL_KINDS_HARD,
     )
     for ex in instructions:
         oracle.register(ex)

@@ -219,9 +219,16 @@ def _retrieval_example(
     )
 
 
-def _general_example(ex_id: str, m: WorldModel, rng: random.Random, split: str) -> InstructionExample:
+#: no-knowledge kinds of the easy world (``tiny``), arithmetic twice as likely; harder worlds add rewriting and
+#: summarising text given in the input
+GENERAL_KINDS: tuple[str, ...] = ("definition", "arithmetic", "arithmetic", "extraction")
+GENERAL_KINDS_HARD: tuple[str, ...] = (*GENERAL_KINDS, "rewrite", "summary")
+
+
+def _general_example(ex_id: str, m: WorldModel, rng: random.Random, split: str,
+                     kinds: tuple[str, ...] = GENERAL_KINDS_HARD) -> InstructionExample:
     """One no-retrieval example: a definition, an arithmetic task on its input, or an extraction from its input."""
-    kind = rng.choice(("definition", "arithmetic", "arithmetic", "extraction", "rewrite", "summary"))
+    kind = rng.choice(kinds)
     if kind in ("rewrite", "summary"):
         instruction, inp, output = (_rewrite if kind == "rewrite" else _summary)(m, rng)
     elif kind == "definition":
@@ -313,6 +320,7 @@ def make_instructions(
     split_of: Callable[[str], str],
     general_split: Callable[[random.Random], str],
     no_knowledge: float = 0.3,
+    general_kinds: tuple[str, ...] = GENERAL_KINDS_HARD,
 ) -> list[InstructionExample]:
     """``n`` instruction examples, ``no_knowledge`` of them answerable without the world's knowledge, the rest
     needing retrieval (items cycled in shuffled order)."""
@@ -328,7 +336,7 @@ def make_instructions(
     for i in range(1, n + 1):
         ex_id = f"world-inst-{i:06d}"
         if rng.random() < no_knowledge:
-            out.append(_general_example(ex_id, m, rng, general_split(rng)))
+            out.append(_general_example(ex_id, m, rng, general_split(rng), general_kinds))
         else:
             it = items[order[j % len(order)]]
             j += 1

@@ -77,28 +77,19 @@ class DifficultyConfig:
     no_knowledge: float | None = None
 
     def __post_init__(self) -> None:
-        resolve(self, "small")  # a bad value fails where the config becomes an object
-
-    def overrides(self) -> dict[str, float]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+        resolve(self, DEFAULT)  # a bad value fails where the config becomes an object
 
 
-def resolve(config: DifficultyConfig | dict[str, Any] | Difficulty | None, base: Difficulty | str) -> Difficulty:
-    """The knobs of a world: ``base`` (a Difficulty or a size preset's name) with the set values of ``config``."""
-    if isinstance(base, str):
-        from omnimed.data.world.build import SIZES
-
-        base = SIZES[base].difficulty if base in SIZES else DEFAULT
-    if config is None:
-        return base
+def resolve(config: DifficultyConfig | dict[str, Any] | Difficulty | None, base: Difficulty) -> Difficulty:
+    """The knobs of a world: ``base`` (a size preset's) with the set values of ``config``."""
     if isinstance(config, Difficulty):
         return config
-    values = config.overrides() if isinstance(config, DifficultyConfig) else dict(config)
+    values = world_knobs(config)
     unknown = sorted(set(values) - {f.name for f in fields(Difficulty)})
     if unknown:
         raise ValueError(f"world_difficulty: unknown knob(s) {unknown}; known: "
                          f"{', '.join(f.name for f in fields(Difficulty))}")
-    return replace(base, **{k: v for k, v in values.items() if v is not None})
+    return replace(base, **values)
 
 
 def world_knobs(node: Any) -> dict[str, float]:

@@ -89,6 +89,22 @@ class FactIndex:
 
 
 # ---------------------------------------------------------------------------------------------------------- items
+def wrong_answers(rng: random.Random, first: list[str], pool: list[str], exclude: str, k: int = 6) -> list[str]:
+    """``k`` distinct wrong answers: the plausible ones (``first``) first, then random ones from ``pool`` (at most
+    200 draws, so a small pool gives fewer)."""
+    out: list[str] = []
+    for x in first:
+        if x != exclude and x not in out:
+            out.append(x)
+    tries = 0
+    while len(out) < k and tries < 200:
+        tries += 1
+        x = pool[rng.randrange(len(pool))]
+        if x != exclude and x not in out:
+            out.append(x)
+    return out[:k]
+
+
 def build_items(m: WorldModel, rng: random.Random) -> list[Item]:
     """Every item of the world, disease by disease (six each), then one mechanism item per drug."""
     ents = m.entities
@@ -105,18 +121,7 @@ def build_items(m: WorldModel, rng: random.Random) -> list[Item]:
     disease_by_id = {d.entity.id: d for d in m.diseases}
 
     def fill(first: list[str], pool: list[str], exclude: str, k: int = 6) -> list[str]:
-        """Distinct wrong answers: the plausible ones first, then random ones from the pool."""
-        out: list[str] = []
-        for x in first:
-            if x != exclude and x not in out:
-                out.append(x)
-        tries = 0
-        while len(out) < k and tries < 200:
-            tries += 1
-            x = pool[rng.randrange(len(pool))]
-            if x != exclude and x not in out:
-                out.append(x)
-        return out[:k]
+        return wrong_answers(rng, first, pool, exclude, k)
 
     for d in m.diseases:
         did, name = d.entity.id, d.entity.name
@@ -277,12 +282,7 @@ def build_multihop_items(m: WorldModel, rng: random.Random) -> list[Item]:
     all_targets = [dr.target.id for dr in m.drugs]
 
     def fill(first: list[str], pool: list[str], exclude: str, k: int = 6) -> list[str]:
-        out = [x for i, x in enumerate(first) if x != exclude and x not in first[:i]]
-        while len(out) < k:
-            x = pool[rng.randrange(len(pool))]
-            if x != exclude and x not in out:
-                out.append(x)
-        return out[:k]
+        return wrong_answers(rng, first, pool, exclude, k)
 
     twin_of = {a: b for a, b in m.twins} | {b: a for a, b in m.twins}
     genes = {d.entity.id: d.gene.id for d in m.diseases}

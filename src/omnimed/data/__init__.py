@@ -19,6 +19,7 @@ from omnimed.data.records import (
     Passage,
     Plan,
     PreferencePair,
+    PromptCompletion,
     ReflectiveLabels,
     UtilityExample,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "Passage",
     "Plan",
     "PreferencePair",
+    "PromptCompletion",
     "RecordError",
     "ReflectiveLabels",
     "UtilityExample",

@@ -209,6 +209,28 @@ class Message(BaseModel):
     content: str
 
 
+class PromptCompletion(Record):
+    """An SFT example in TRL's conversational prompt-completion format: the prompt's messages (system, user, ...)
+    and the assistant's reply. Training renders both with the model's chat template, so a prompt built by the
+    code that asks at inference (e.g. the reader's) is trained on exactly as it will be asked."""
+
+    kind: ClassVar[str] = "prompt_completion"
+    json_fields: ClassVar[tuple[str, ...]] = ("metadata",)
+
+    id: str
+    prompt: list[Message] = Field(min_length=1)
+    completion: list[Message] = Field(min_length=1)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _turns(self) -> PromptCompletion:
+        if self.prompt[-1].role == "assistant":
+            raise ValueError("prompt must end with a system or user message, not an assistant one")
+        if any(m.role != "assistant" for m in self.completion):
+            raise ValueError("completion holds assistant messages only")
+        return self
+
+
 class PreferencePair(Record):
     """A DPO pair in TRL's conversational format: prompt, chosen and rejected are message lists."""
 
@@ -257,6 +279,7 @@ RECORD_TYPES: dict[str, type[Record]] = {
         OpenQuestion,
         Passage,
         InstructionExample,
+        PromptCompletion,
         Plan,
         PreferencePair,
         UtilityExample,

@@ -1,7 +1,8 @@
 """SFT data pipeline: cached tokenization, a deterministic split, packing or length-grouped dynamic padding.
 
-:class:`SFTDataModule` takes instruction records (or an HF ``datasets.Dataset`` of them, or of ready
-``prompt``/``completion`` rows), formats and tokenizes them once with ``Dataset.map`` into an Arrow file under
+:class:`SFTDataModule` takes instruction records, conversational prompt-completion records (TRL's message lists,
+rendered with the chat template), or an HF ``datasets.Dataset`` of either or of ready ``prompt``/``completion``
+strings, formats and tokenizes them once with ``Dataset.map`` into an Arrow file under
 ``cache_dir`` named by a fingerprint of everything the features depend on, and serves batches in one of two ways:
 
 * ``packing``: examples (each ending with EOS) are concatenated and cut into ``max_length`` blocks, labels carried
@@ -32,7 +33,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from omnimed.data.records import InstructionExample
+from omnimed.data.records import Record
 from omnimed.training.config import DataConfig, TaskConfig
 from omnimed.training.resume import ResumableBatchSampler, ResumableDataLoader, trainer_progress
 from omnimed.training.tokenize import (
@@ -47,7 +48,7 @@ from omnimed.training.tokenize import (
 log = logging.getLogger(__name__)
 
 FEATURES = ("input_ids", "attention_mask", "labels")
-SFTData = datasets.Dataset | Sequence[InstructionExample | Mapping[str, Any]]
+SFTData = datasets.Dataset | Sequence[Record | Mapping[str, Any]]
 
 
 # ----------------------------------------------------------------------------------------------- batches
@@ -184,8 +185,8 @@ def _features(
     """Format (unless rows already hold prompt/completion) and tokenize a batch; drop examples left with no
     supervised token (a prompt longer than ``max_length``), whose loss would be 0/0 (``SFTDataModule`` counts and
     reports them)."""
-    if "prompt" not in batch or "completion" not in batch:
-        batch = format_batch(batch, tokenizer, template)
+    if "prompt" not in batch or "completion" not in batch or (batch["prompt"] and isinstance(batch["prompt"][0], list)):
+        batch = format_batch(batch, tokenizer, template)  # records, or conversational (message-list) rows
     feats = tokenize_prompt_completion(batch, tokenizer, max_length, mask_spans)
     keep = [i for i, labels in enumerate(feats["labels"]) if any(lab != IGNORE_INDEX for lab in labels)]
     return {k: [v[i] for i in keep] for k, v in feats.items()}
@@ -195,7 +196,7 @@ def as_dataset(data: SFTData) -> datasets.Dataset:
     """An HF dataset of the examples: records become HF rows (JSON-string evidence), dicts are kept as rows."""
     if isinstance(data, datasets.Dataset):
         return data
-    rows = [r.to_hf_row() if isinstance(r, InstructionExample) else dict(r) for r in data]
+    rows = [r.to_hf_row() if isinstance(r, Record) else dict(r) for r in data]
     if not rows:
         raise ValueError("no examples to train on")
     return datasets.Dataset.from_list(rows)
@@ -211,7 +212,8 @@ class SFTDataModule(L.LightningDataModule):
     it, ``setup`` is a hit; a second run's ``prepare_data`` too).
 
     Args:
-        data: instruction records, dict rows, or an HF dataset of either (or of ``prompt``/``completion`` rows).
+        data: records (instruction or prompt-completion), dict rows, or an HF dataset of them (or of
+            ``prompt``/``completion`` rows).
         tokenizer: a fast HF tokenizer (the one the model was resized for).
         data_cfg: batch size, workers, val fraction, packing, seed, max_examples.
         task_cfg: max_length and mask_spans.

@@ -93,13 +93,36 @@ def format_example(
     return {"prompt": prompt, "completion": example.output}
 
 
+def format_conversation(
+    prompt: Sequence[Mapping[str, str]], completion: Sequence[Mapping[str, str]], tokenizer: Any,
+    template: TemplateMode = "auto",
+) -> dict[str, str]:
+    """``{"prompt", "completion"}`` strings of a conversational example (TRL's format: message lists), split as
+    :func:`format_example` splits a chat: the prompt ends with the generation prompt, the completion is what the
+    template adds for the assistant turn. Needs a chat template: a conversation has no plain layout."""
+    if not uses_chat_template(tokenizer, template):
+        raise ValueError("conversational prompt/completion examples need the tokenizer's chat template "
+                         f"(template={template!r}, chat_template set: {bool(getattr(tokenizer, 'chat_template', None))})")
+    head = [dict(m) for m in prompt]
+    rendered = tokenizer.apply_chat_template(head, tokenize=False, add_generation_prompt=True)
+    full = tokenizer.apply_chat_template(head + [dict(m) for m in completion], tokenize=False)
+    if not full.startswith(rendered):
+        raise ValueError("the chat template renders the conversation differently from its prompt prefix; "
+                         "cannot split it into prompt and completion")
+    return {"prompt": rendered, "completion": full[len(rendered):].rstrip()}
+
+
 def format_batch(
     batch: Mapping[str, list[Any]], tokenizer: Any, template: TemplateMode = "auto"
 ) -> dict[str, list[str]]:
-    """Batched :func:`format_example` over HF rows of instruction examples (JSON-string fields are parsed)."""
+    """Batched :func:`format_example` over HF rows of instruction examples (JSON-string fields are parsed), or
+    :func:`format_conversation` over rows whose ``prompt`` and ``completion`` are message lists."""
     n = len(next(iter(batch.values())))
-    rows = ({k: v[i] for k, v in batch.items()} for i in range(n))
-    formatted = [format_example(InstructionExample.from_hf_row(row), tokenizer, template) for row in rows]
+    rows = [{k: v[i] for k, v in batch.items()} for i in range(n)]
+    if rows and isinstance(rows[0].get("prompt"), list):
+        formatted = [format_conversation(r["prompt"], r["completion"], tokenizer, template) for r in rows]
+    else:
+        formatted = [format_example(InstructionExample.from_hf_row(row), tokenizer, template) for row in rows]
     return {"prompt": [f["prompt"] for f in formatted], "completion": [f["completion"] for f in formatted]}
 
 

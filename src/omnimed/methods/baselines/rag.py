@@ -7,8 +7,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from omnimed.data.records import Passage
+from omnimed.methods.baselines import reader_data
 from omnimed.methods.baselines.closed_book import ClosedBook, PipelineConfig, Question
-from omnimed.methods.registry import register_method
+from omnimed.methods.registry import Stage, register_method
 
 
 def retrieve_evidence(kb: Any, questions: Sequence[Question], cfg: PipelineConfig) -> list[list[Passage]]:
@@ -24,10 +25,12 @@ def retrieve_evidence(kb: Any, questions: Sequence[Question], cfg: PipelineConfi
 
 @register_method
 class RAG(ClosedBook):
-    """Retrieve, then read."""
+    """Retrieve, then read. Its stage ``reader_data`` builds the reading exercises the miniature reader (the one
+    this pipeline and the closed-book baseline read with) is trained on."""
 
     name = "rag"
     config = PipelineConfig
+    stages = (Stage(reader_data.STAGE, reader_data.ReaderDataConfig, reader_data.run),)
 
     def needs_knowledge(self) -> bool:
         return True

@@ -1,0 +1,139 @@
+"""Stage ``reader_data``: training data for the miniature reader, the one the closed-book and RAG baselines (and
+every paper's pipeline built on them) read with.
+
+An untrained SmolLM2-135M cannot read: it answers near chance with the gold passage in front of it, so no table in
+miniature could show what better evidence is worth. This stage turns the world's training questions into reading
+exercises, each in TRL's conversational prompt-completion format:
+
+- the prompt is exactly what :class:`~omnimed.methods.reader.Reader` sends at inference (its system message,
+  numbered evidence, question, options and the ask), so training and evaluation see one wording;
+- the completion is ``<answer>X</answer>``: what ``answer_mode=generate`` parses and what ``logprob`` mode reads
+  the next token after;
+- a question with gold passages is shown them among passages the RAG pipeline retrieves for it (gold removed), in
+  shuffled order, ``passages`` in all: the reader learns to find the fact among near misses (twins, aliases,
+  superseded recommendations) rather than to read the first passage;
+- a self-contained question (the answer is computable from its text) is shown retrieved passages for
+  ``self_contained_evidence_share`` of them and nothing for the others: retrieval there only adds noise, which the
+  reader learns to set aside.
+
+The world's splits are by subject, so a reader trained on ``train`` has seen none of the test questions' subjects:
+what it learned is to read, not the answers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from omnimed.data.artifacts import StageResult, open_stage
+from omnimed.data.records import MultipleChoiceQuestion, Passage, PromptCompletion
+from omnimed.methods import prompts
+
+STAGE = "reader_data"
+
+
+@dataclass
+class ReaderDataConfig:
+    """``split``: the world's split to draw questions from; ``n_examples``: at most this many (null: all);
+    ``passages``: evidence passages per question with gold (gold + retrieved distractors); ``sources`` /
+    ``retriever``: where and how distractors are retrieved (the RAG pipeline's knobs; null: its defaults);
+    ``self_contained_evidence_share``: the share of self-contained questions shown retrieved passages;
+    ``out``: a fixed output folder (default ``builds/reader_data/<settings key>``)."""
+
+    name: str = STAGE
+    split: str = "train"
+    n_examples: Optional[int] = None
+    passages: int = 3
+    sources: Optional[list[str]] = None
+    retriever: Optional[str] = None
+    self_contained_evidence_share: float = 0.5
+    seed: int = 0
+    out: Optional[str] = None
+
+
+def _check(cfg: ReaderDataConfig) -> None:
+    if cfg.passages < 1:
+        raise ValueError(f"stage.passages={cfg.passages}: expected at least 1 (the gold passages need room)")
+    if not 0 <= cfg.self_contained_evidence_share <= 1:
+        raise ValueError(f"stage.self_contained_evidence_share={cfg.self_contained_evidence_share}: expected a "
+                         "share between 0 and 1")
+    if cfg.n_examples is not None and cfg.n_examples < 1:
+        raise ValueError(f"stage.n_examples={cfg.n_examples}: expected null (all) or a count >= 1")
+
+
+def evidence_for(q: MultipleChoiceQuestion, retrieved: list[Passage], gold: dict[str, Passage], n: int,
+                 rng: random.Random, show_retrieved: bool) -> list[Passage]:
+    """The passages one training question is shown: its gold passages (all of them, even past ``n``: a multi-hop
+    question needs each) topped up to ``n`` with retrieved non-gold ones, shuffled; for a question without gold,
+    ``n`` retrieved passages when ``show_retrieved``, else none."""
+    if not q.gold_passages:
+        return retrieved[:n] if show_retrieved else []
+    golds = [gold[pid] for pid in q.gold_passages]
+    others = [p for p in retrieved if p.id not in q.gold_passages][: max(0, n - len(golds))]
+    shown = golds + others
+    rng.shuffle(shown)
+    return shown
+
+
+def build_reader_data(cfg: ReaderDataConfig, *, kb: Any, world: Any, knowledge: Any, root: str = ".",
+                      log=print) -> StageResult:
+    """Run the stage (or reuse its finished output): ``kb`` retrieves the distractors, ``world`` (the knowledge
+    config's world) holds the questions and their gold passages."""
+    from omnimed.methods.baselines.closed_book import PipelineConfig
+    from omnimed.methods.baselines.rag import retrieve_evidence
+    from omnimed.methods.reader import Reader
+
+    _check(cfg)
+    stage = open_stage(STAGE, cfg, root=root, knowledge=dataclasses.asdict(knowledge),
+                       prompts=prompts.PROMPT_VERSION)
+    if stage.finished():
+        counts = stage.manifest()["reader_counts"]
+        log(f"{STAGE}: already built in {stage.path} ({counts['examples']} examples); nothing to do")
+        return StageResult(stage.path, counts, True)
+    stage.start()
+    questions = [q for q in world.questions if q.split == cfg.split]
+    if not questions:
+        raise ValueError(f"stage.split={cfg.split!r}: the world ({knowledge.name}) has no questions in that split; "
+                         "expected train, dev or test")
+    rng = random.Random(cfg.seed)
+    if cfg.n_examples is not None and cfg.n_examples < len(questions):
+        questions = sorted(rng.sample(questions, cfg.n_examples), key=lambda q: q.id)
+    # top-up room: the gold passages are removed from what the RAG pipeline retrieves
+    search = PipelineConfig(name="rag", top_k=cfg.passages + 3, sources=cfg.sources, retriever=cfg.retriever)
+    retrieved = retrieve_evidence(kb, questions, search)
+    gold = {p.id: p for p in world.passages}
+    evidence = [evidence_for(q, found, gold, cfg.passages, random.Random(f"{cfg.seed}-{q.id}"),
+                             rng.random() < cfg.self_contained_evidence_share)
+                for q, found in zip(questions, retrieved)]
+    requests = Reader(None, max_passages=max(map(len, evidence), default=0)).mcq_requests(questions, evidence)
+    records = [PromptCompletion(id=f"reader-{q.id}", prompt=req.prompt,
+                                completion=[{"role": "assistant", "content": f"<answer>{','.join(q.answer)}</answer>"}],
+                                metadata={"split": q.split, "question_id": q.id, "kind": q.metadata.get("kind", ""),
+                                          "passage_ids": req.meta["passage_ids"],
+                                          "gold_shown": sum(p.id in q.gold_passages for p in ev)})
+               for q, req, ev in zip(questions, requests, evidence)]
+    counts = {
+        "examples": len(records),
+        "with_gold": sum(bool(q.gold_passages) for q in questions),
+        "without_evidence": sum(not ev for ev in evidence),
+        "mean_passages": round(sum(map(len, evidence)) / len(evidence), 3),
+        "kinds": dict(sorted(Counter(r.metadata["kind"] for r in records).items())),
+        "answer_letters": dict(sorted(Counter(",".join(q.answer) for q in questions).items())),
+    }
+    stage.finish(records, reader_counts=counts)
+    log(f"{STAGE}: {counts['examples']} reading exercises in {stage.path}")
+    return StageResult(stage.path, counts, False)
+
+
+def run(stage_cfg: ReaderDataConfig, ctx: Any) -> StageResult:
+    """``omnimed-build stage=reader_data knowledge=world_<size>``: the world of the knowledge config."""
+    from omnimed.knowledge.corpus import world_of
+
+    if ctx.knowledge.corpus != "world":
+        raise ValueError(f"stage=reader_data reads the synthetic world's questions; knowledge={ctx.knowledge.name} "
+                         f"has corpus={ctx.knowledge.corpus!r} (expected a world: knowledge=world_small, ...)")
+    return build_reader_data(stage_cfg, kb=ctx.knowledge_base, world=world_of(ctx.knowledge),
+                             knowledge=ctx.knowledge, root=str(ctx.root), log=ctx.log)

@@ -30,11 +30,14 @@ QUESTION_KINDS = ("mcq", "open")
 class Stage:
     """A data-construction stage: ``omnimed-build stage=<name>``. ``config``: its dataclass (the Hydra option's
     schema, with the paper's defaults); ``run(stage_cfg, ctx)``: does the work in a stage folder and returns a
-    :class:`~omnimed.data.artifacts.StageResult` (``ctx``: a :class:`~omnimed.methods.stages.StageContext`)."""
+    :class:`~omnimed.data.artifacts.StageResult` (``ctx``: a :class:`~omnimed.methods.stages.StageContext`).
+    ``calls_backend``: whether it asks the run's backend (a teacher, a critic), whose calls can fail and are then
+    resumed item by item; a stage that only reads the world and the knowledge base has nothing to resume."""
 
     name: str
     config: type
     run: Callable[[Any, Any], Any]
+    calls_backend: bool = True
 
 
 class Method(ABC):

@@ -30,7 +30,7 @@ class RAG(ClosedBook):
 
     name = "rag"
     config = PipelineConfig
-    stages = (Stage(reader_data.STAGE, reader_data.ReaderDataConfig, reader_data.run),)
+    stages = (Stage(reader_data.STAGE, reader_data.ReaderDataConfig, reader_data.run, calls_backend=False),)
 
     def needs_knowledge(self) -> bool:
         return True

@@ -93,11 +93,11 @@ def build_reader_data(cfg: ReaderDataConfig, *, kb: Any, world: Any, knowledge: 
         counts = stage.manifest()["reader_counts"]
         log(f"{STAGE}: already built in {stage.path} ({counts['examples']} examples); nothing to do")
         return StageResult(stage.path, counts, True)
-    stage.start()
     questions = [q for q in world.questions if q.split == cfg.split]
     if not questions:
         raise ValueError(f"stage.split={cfg.split!r}: the world ({knowledge.name}) has no questions in that split; "
                          "expected train, dev or test")
+    stage.start()
     rng = random.Random(cfg.seed)
     if cfg.n_examples is not None and cfg.n_examples < len(questions):
         questions = sorted(rng.sample(questions, cfg.n_examples), key=lambda q: q.id)

@@ -41,6 +41,7 @@ from omnimed.training.tokenize import (
     IGNORE_INDEX,
     TemplateMode,
     format_batch,
+    is_conversational,
     tokenize_prompt_completion,
     uses_chat_template,
 )
@@ -185,7 +186,7 @@ def _features(
     """Format (unless rows already hold prompt/completion) and tokenize a batch; drop examples left with no
     supervised token (a prompt longer than ``max_length``), whose loss would be 0/0 (``SFTDataModule`` counts and
     reports them)."""
-    if "prompt" not in batch or "completion" not in batch or (batch["prompt"] and isinstance(batch["prompt"][0], list)):
+    if "prompt" not in batch or "completion" not in batch or is_conversational(batch):
         batch = format_batch(batch, tokenizer, template)  # records, or conversational (message-list) rows
     feats = tokenize_prompt_completion(batch, tokenizer, max_length, mask_spans)
     keep = [i for i, labels in enumerate(feats["labels"]) if any(lab != IGNORE_INDEX for lab in labels)]

@@ -112,6 +112,12 @@ def format_conversation(
     return {"prompt": rendered, "completion": full[len(rendered):].rstrip()}
 
 
+def is_conversational(batch: Mapping[str, list[Any]]) -> bool:
+    """Whether a batch of rows holds TRL's conversational examples (``prompt`` as a message list)."""
+    prompts = batch.get("prompt")
+    return bool(prompts) and isinstance(prompts[0], list)
+
+
 def format_batch(
     batch: Mapping[str, list[Any]], tokenizer: Any, template: TemplateMode = "auto"
 ) -> dict[str, list[str]]:
@@ -119,7 +125,7 @@ def format_batch(
     :func:`format_conversation` over rows whose ``prompt`` and ``completion`` are message lists."""
     n = len(next(iter(batch.values())))
     rows = [{k: v[i] for k, v in batch.items()} for i in range(n)]
-    if rows and isinstance(rows[0].get("prompt"), list):
+    if is_conversational(batch):
         formatted = [format_conversation(r["prompt"], r["completion"], tokenizer, template) for r in rows]
     else:
         formatted = [format_example(InstructionExample.from_hf_row(row), tokenizer, template) for row in rows]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 from omnimed.data.records import SOURCE_KINDS, MultipleChoiceQuestion, OpenQuestion, Passage
 from omnimed.data.world.difficulty import Difficulty
@@ -120,8 +121,7 @@ def build_items(m: WorldModel, rng: random.Random) -> list[Item]:
     all_diseases = [d.entity.id for d in m.diseases]
     disease_by_id = {d.entity.id: d for d in m.diseases}
 
-    def fill(first: list[str], pool: list[str], exclude: str, k: int = 6) -> list[str]:
-        return wrong_answers(rng, first, pool, exclude, k)
+    fill = partial(wrong_answers, rng)
 
     for d in m.diseases:
         did, name = d.entity.id, d.entity.name
@@ -281,8 +281,7 @@ def build_multihop_items(m: WorldModel, rng: random.Random) -> list[Item]:
     all_genes = [d.gene.id for d in m.diseases]
     all_targets = [dr.target.id for dr in m.drugs]
 
-    def fill(first: list[str], pool: list[str], exclude: str, k: int = 6) -> list[str]:
-        return wrong_answers(rng, first, pool, exclude, k)
+    fill = partial(wrong_answers, rng)
 
     twin_of = {a: b for a, b in m.twins} | {b: a for a, b in m.twins}
     genes = {d.entity.id: d.gene.id for d in m.diseases}

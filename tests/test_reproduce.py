@@ -69,11 +69,11 @@ def test_every_runnable_row_of_every_shipped_table_composes_at_every_preset():
     config, or a dataset key its task does not know, would stop its table; none of the shipped tables may. A
     paper benchmark that no loader reads yet is not run: its cells are missing, with the reason."""
     from omnimed.evaluation.datasets import PENDING, dataset_status
-    from omnimed.tables.reproduce import AVERAGE, plan_rows, validate
+    from omnimed.tables.reproduce import AVERAGE, DEFAULT_TRAINING_SEED, for_training_seed, plan_rows, validate
 
     root = Path(__file__).resolve().parents[1] / "experiments"
     for path in find_manifests(root):
-        m = load_manifest(path)
+        m = for_training_seed(load_manifest(path), DEFAULT_TRAINING_SEED)
         for preset in m.presets:
             plans = plan_rows(m, preset)
             validate(plans, m)
@@ -173,7 +173,7 @@ def test_an_unknown_dataset_key_fails_validation_naming_row_column_and_known_key
     m = load_manifest(manifest(tmp_path, [ROWS[0]], name="table4"))
     m.datasets["miniature"]["World"] = "world_mcq"
     with pytest.raises(ManifestError, match=r"row 'BM25', column 'World': unknown dataset 'world_mcq' for "
-                                            r"task=retrieval; known: world, pubmedqa, average"):
+                                            r"task=retrieval; known: world, world_diagnosis, .*, pubmedqa, average"):
         validate(plan_rows(m, "miniature"), m)
 
 
@@ -396,3 +396,66 @@ def test_the_smallest_detectable_difference_is_the_paired_half_width_of_the_most
     assert question_outcomes(run, "utility/accuracy") == {"e1#0": True}
     assert question_outcomes(run, "accuracy") == {"e1#0": True, "e2#0": False}
     assert question_outcomes(run, "hit@10") is None and question_outcomes(tmp_path, "accuracy") is None
+
+
+def test_training_seeds_train_each_seed_once_and_the_table_states_the_spread(tmp_path):
+    """`--training-seeds` fills {train_seed} / {seed_tag} in the prepare steps and overrides, so each seed builds
+    its own artifact (the default seed's keeps its untagged path) and every row runs against it; the table states
+    each cell's spread over the seeds, and a later single-seed run of the table still states it."""
+    path = manifest(tmp_path, ROWS[:1])
+    data = yaml.safe_load(path.read_text())
+    data["prepare"] = {"miniature": [{
+        "name": "seeded world", "command": ["omnimed-data", "world", "size=tiny", "seed={train_seed}",
+                                            "out=${paths.root}/builds/w{seed_tag}"],
+        "creates": "builds/w{seed_tag}/manifest.json"}]}
+    data["presets"]["miniature"] = [*COMMON, "knowledge.world_seed={train_seed}"]
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    res = reproduce_cli(str(path), "--training-seeds", "0,3", f"paths.root={tmp_path}", cwd=tmp_path)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert (tmp_path / "builds" / "w" / "manifest.json").is_file()
+    assert (tmp_path / "builds" / "w-seed3" / "manifest.json").is_file()
+    out = tmp_path / "experiments" / "demo" / "results"
+    spread = json.loads((out / "table1.seeds.json").read_text())
+    assert spread["seeds"] == [0, 3] and spread["preset"] == "miniature"
+    bm25 = spread["values"]["BM25"]["World"]
+    assert len(bm25) == 2 and None not in bm25
+    for seed, runs in ((0, "table1"), (3, "table1-seed3")):  # each seed's rows ran with that seed's overrides
+        config = yaml.safe_load((out / "runs" / runs / "bm25" / "world" / ".hydra" / "config.yaml").read_text())
+        assert config["knowledge"]["world_seed"] == seed
+    rows = {r["row"]: r for r in csv.DictReader((out / "table1.csv").open())}
+    assert float(rows["BM25"]["ours"]) == pytest.approx(bm25[0])  # the table itself is the default seed's
+    md = (out / "table1.md").read_text()
+    assert "Spread over training seeds 0, 3" in md
+    assert "| World (world question -> gold passage) |" in md  # the miniature column, labelled by its content
+    assert f"| BM25 | {min(bm25):.1f}-{max(bm25):.1f} (" in md
+    # a single-seed rerun reuses seed 0's artifact and still states the measured spread
+    res = reproduce_cli(str(path), f"paths.root={tmp_path}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "seeded world: done" in " ".join((res.stdout + res.stderr).split())
+    assert "Spread over training seeds 0, 3" in (out / "table1.md").read_text()
+    with pytest.raises(SystemExit):
+        from omnimed.cli.reproduce import main
+        main([str(path), "--training-seeds", "zero"])
+
+
+def test_miniature_columns_are_labelled_by_what_they_hold_and_world_columns_are_distinct():
+    """Each paper column a miniature table fills with world questions is its own question kind (the same set
+    twice would make two 'datasets' one), and the report labels it by that content."""
+    from omnimed.evaluation.datasets import dataset_holds
+    from omnimed.tables.report import column_holds
+
+    root = Path(__file__).resolve().parents[1] / "experiments"
+    for path in find_manifests(root):
+        m = load_manifest(path)
+        if m.table in ("table12", "table13") and m.paper == "omnirag":
+            continue  # one pooled test set in the paper too: its columns are the sources, not datasets
+        paper_keys = {c: m.datasets["paper"][c] for c in m.columns}
+        mini = {c: m.datasets["miniature"][c] for c in m.columns}
+        for a in m.columns:
+            for b in m.columns:
+                if a < b and paper_keys[a] != paper_keys[b] and mini[a].startswith("world"):
+                    assert mini[a] != mini[b], f"{path.name}: {a} and {b} are distinct datasets in the paper"
+    t6 = load_manifest(root / "selfbiorag" / "table6.yaml")
+    assert column_holds(t6, "miniature", "MedQA") == "world treatment MCQs"
+    assert column_holds(t6, "paper", "MedQA") is None
+    assert dataset_holds("world", "retrieval") == "world question -> gold passage"

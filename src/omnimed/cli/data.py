@@ -26,10 +26,19 @@ COMMANDS = ("world", "convert")
 
 
 @dataclass
+class DataPaths:
+    """``paths.root``, the key every omnimed command takes, so ``out=${paths.root}/...`` works here too (a table's
+    prepare steps pass it)."""
+
+    root: str = "."
+
+
+@dataclass
 class WorldCommand:
     size: str = "small"
     seed: int = 0
     out: str = MISSING
+    paths: DataPaths = field(default_factory=DataPaths)
     difficulty: DifficultyConfig = field(default_factory=DifficultyConfig)
 
 
@@ -40,6 +49,7 @@ class ConvertCommand:
     out: str = MISSING
     skip_invalid: bool = False
     options: dict[str, Any] = field(default_factory=dict)
+    paths: DataPaths = field(default_factory=DataPaths)
 
 
 cs = ConfigStore.instance()

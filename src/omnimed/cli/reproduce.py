@@ -4,6 +4,7 @@
     omnimed-reproduce experiments/omnirag/table4.yaml         # miniature preset (CPU), results/table4.{md,csv,png}
     omnimed-reproduce experiments/omnirag/table4.yaml --preset paper --launcher submitit_slurm \
         hydra.launcher.gpus_per_node=1 hydra.launcher.partition=gpu   # launcher settings, checked before any run
+    omnimed-reproduce experiments/selfbiorag/table9.yaml --training-seeds 0,1,2   # trained rows' spread over seeds
 
 A row runs only if its method is built and its task produces the table's metric; the others are listed as missing
 with the reason. At a given preset, a column whose paper benchmark has no loader yet is reported missing too.
@@ -44,6 +45,13 @@ def list_tables(root: Path) -> int:
     return 1 if bad else 0
 
 
+def _seeds(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(s) for s in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers (0,1,2), got {text!r}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="omnimed-reproduce", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -55,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--launcher", default="basic", help="hydra/launcher: basic | joblib | submitit_slurm; its "
                         "settings go among the overrides (hydra.launcher.gpus_per_node=1)")
     parser.add_argument("--dry-run", action="store_true", help="validate and show the runs without running them")
+    parser.add_argument("--training-seeds", type=_seeds, default=(), metavar="0,1,2",
+                        help="train the table's seeded prepare steps once per seed and run every row against each; "
+                        "the table states each cell's spread over the seeds (stored for later runs)")
     parser.add_argument("overrides", nargs="*", help="extra overrides for every run, e.g. task.limit=50")
     args = parser.parse_intermixed_args(argv)
     if args.list:
@@ -67,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         manifest = load_manifest(args.manifest)
         out = Path(args.out) if args.out else Path(args.manifest).parent / "results"
         cells, paths = reproduce(manifest, preset=args.preset, out_dir=out, launcher=args.launcher,
-                                 extra=args.overrides, dry_run=args.dry_run, log=console.print)
+                                 extra=args.overrides, dry_run=args.dry_run,
+                                 training_seeds=args.training_seeds, log=console.print)
     except ManifestError as exc:
         console.print(f"[red]omnimed-reproduce: {exc}[/red]")
         return 2

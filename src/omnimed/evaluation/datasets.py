@@ -99,7 +99,36 @@ REALDATA_FORMATS: dict[str, str] = {
     "longform_real": "longform",
 }
 #: ``task.queries`` of ``task=retrieval`` (see :func:`omnimed.evaluation.retrieval.load_queries`)
-RETRIEVAL_QUERIES: tuple[str, ...] = ("world", "pubmedqa")
+#: one retrieval query set per world question kind with gold passages (``world_treatment``): distinct columns
+WORLD_KIND_QUERIES: dict[str, str] = {f"world_{key.removeprefix('world_mcq_')}": kind
+                                      for key, kind in WORLD_KIND_KEYS.items() if kind != "self-contained"}
+RETRIEVAL_QUERIES: tuple[str, ...] = ("world", *WORLD_KIND_QUERIES, "pubmedqa")
+
+
+#: what a miniature key holds, for table headers and plots (a miniature column is labelled by its content, not by
+#: the paper benchmark it stands in for)
+_HOLDS: dict[str, str] = {
+    "world_mcq": "world MCQs, all kinds",
+    "world_open": "world open questions",
+    "pubmedqa_real": "PubMedQA labelled (real)",
+    "mmlu_med_val": "MMLU medical validation (real)",
+    "longform_real": "Omni-RAG long-form dev (real)",
+    "critic_dev": "critic dev split",
+    "average": "mean of the other columns",
+    **{key: f"world {kind} MCQs" for key, kind in WORLD_KIND_KEYS.items()},
+    **{key: f"MMLU {s.replace('_', ' ')} validation (real)" for key, s in MMLU_VAL_SUBJECTS.items()},
+}
+
+
+_RETRIEVAL_HOLDS: dict[str, str] = {"world": "world question -> gold passage",
+                                    "pubmedqa": "PubMedQA question -> its abstract",
+                                    **{key: f"world {kind} question -> gold passage"
+                                       for key, kind in WORLD_KIND_QUERIES.items()}}
+
+
+def dataset_holds(key: str, task: str = "qa") -> str:
+    """What the dataset ``key`` of ``task`` holds, in a few words (the key itself for a paper benchmark)."""
+    return (_RETRIEVAL_HOLDS if task == "retrieval" else _HOLDS).get(key, key)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from omnimed.data.records import MultipleChoiceQuestion, OpenQuestion
+from omnimed.evaluation.datasets import RETRIEVAL_QUERIES, WORLD_KIND_QUERIES
 from omnimed.knowledge.types import Hit
 
 #: method name -> (retriever, rerank) of ``KnowledgeBase.search_batch``; ``graph`` = the concept store.
@@ -31,8 +32,8 @@ class RetrievalTaskConfig:
     """Score a knowledge base's retrieval methods on (query, gold passages) sets.
 
     ``queries``: ``world`` (the world's questions of ``split``; every gold source is queried, the graph with
-    ``subject , question``) or ``pubmedqa`` (real PubMedQA question -> its abstract, in the research source;
-    needs ``knowledge=realdata``). ``methods``: bm25 | dense | hybrid | hybrid+rerank | bm25+rerank | dense+rerank.
+    ``subject , question``), ``world_<kind>`` (its MCQs of one question kind: ``world_treatment``) or ``pubmedqa``
+    (real PubMedQA question -> its abstract, in the research source; needs ``knowledge=realdata``). ``methods``: bm25 | dense | hybrid | hybrid+rerank | bm25+rerank | dense+rerank.
     """
 
     name: str = "retrieval"
@@ -155,14 +156,16 @@ class RetrievalResult:
 
 def load_queries(task, knowledge_cfg, kb) -> list[RetrievalQuery]:
     """The task's (query, gold) set: the world's questions of ``task.split`` or real PubMedQA pairs."""
-    if task.queries == "world":
+    if task.queries == "world" or task.queries in WORLD_KIND_QUERIES:
         from omnimed.knowledge.corpus import world_of
 
         if knowledge_cfg.corpus != "world":
-            raise ValueError(f"task.queries=world needs a world knowledge base; knowledge={knowledge_cfg.name}")
+            raise ValueError(f"task.queries={task.queries} needs a world knowledge base; knowledge={knowledge_cfg.name}")
         world = world_of(knowledge_cfg)
-        questions = [q for q in [*world.questions, *world.open_questions]
-                     if task.split is None or q.split == task.split]
+        kind = WORLD_KIND_QUERIES.get(task.queries)
+        questions = [q for q in ([*world.questions, *world.open_questions] if kind is None else world.questions)
+                     if (task.split is None or q.split == task.split)
+                     and (kind is None or q.metadata.get("kind") == kind)]
         names = {e.id: e.name for e in world.model.entities.values()}
         queries = world_queries(questions, kb.sources, entity_names=names)
     elif task.queries == "pubmedqa":
@@ -172,7 +175,7 @@ def load_queries(task, knowledge_cfg, kb) -> list[RetrievalQuery]:
         records = load_pubmedqa(realdata_root(knowledge_cfg) / PUBMEDQA_FILE)
         queries = paired_queries([r for r in records if isinstance(r, MultipleChoiceQuestion)], "research")
     else:
-        raise ValueError(f"task.queries={task.queries!r}; expected world or pubmedqa")
+        raise ValueError(f"task.queries={task.queries!r}; expected one of {', '.join(RETRIEVAL_QUERIES)}")
     if not queries:
         raise ValueError(f"task.queries={task.queries} split={task.split}: no query has gold passages in "
                          f"the sources of {knowledge_cfg.name} ({', '.join(kb.sources)})")

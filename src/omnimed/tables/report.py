@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Optional
 
@@ -34,8 +35,34 @@ class Cell:
 #: column -> (the smallest difference it can detect, on the paper's scale; the questions it is paired on)
 Detectable = dict[str, tuple[float, int]]
 DETECTABLE_ROW = "smallest detectable difference"
+EFFECT_ROW = "paper's effects (consecutive rows)"
 DETECTABLE_NOTE = ("95% half-width of the paired (by question) difference between the two rows that disagree most "
                    "on the column's questions")
+
+
+def column_holds(manifest: TableManifest, preset: str, column: str) -> str | None:
+    """What a column holds at ``preset`` when a stand-in fills it (the miniature's world questions in place of
+    MedQA): None where the column is the paper's own dataset."""
+    from omnimed.evaluation.datasets import dataset_holds
+
+    if preset == "paper":
+        return None
+    runnable = [r for r in manifest.rows if r.status == "runnable"]
+    task = manifest.task_of(runnable[0]) if runnable else (manifest.task or "qa")
+    return dataset_holds(manifest.datasets.get(preset, {}).get(column, column), task)
+
+
+def paper_effects(manifest: TableManifest) -> dict[str, tuple[float, float]]:
+    """Per column, the smallest and largest published difference between consecutive rows we run (an ablation
+    table changes one thing per row): what a reproduction must be able to detect to show the paper's effects."""
+    out: dict[str, tuple[float, float]] = {}
+    rows = [r for r in manifest.rows if r.status == "runnable"]
+    for col in manifest.columns:
+        values = [r.published.get(col) for r in rows]
+        diffs = [abs(b - a) for a, b in pairwise(values) if a is not None and b is not None]
+        if diffs:
+            out[col] = (min(diffs), max(diffs))
+    return out
 
 
 def _fmt(x: Optional[float], digits: int = 1) -> str:
@@ -63,17 +90,39 @@ def table_rows(manifest: TableManifest, cells: dict[str, dict[str, Cell]],
     return out
 
 
+def spread_lines(manifest: TableManifest, spread: dict) -> list[str]:
+    """The spread of our numbers over training seeds (``seed_spread`` of a ``--training-seeds`` run): per row and
+    column, the range and the sample standard deviation."""
+    import statistics
+
+    seeds = ", ".join(map(str, spread["seeds"]))
+    title = (f"Spread over training seeds {seeds} (measured {spread['measured']}; `omnimed-reproduce <table> "
+             f"--training-seeds {','.join(map(str, spread['seeds']))}`): min-max (sd) of each cell.")
+    lines = ["", title, "", "| row | " + " | ".join(manifest.columns) + " |", "|---|" + "---|" * len(manifest.columns)]
+    for row in manifest.rows:
+        parts = []
+        for col in manifest.columns:
+            vals = [v for v in spread["values"].get(row.name, {}).get(col, []) if v is not None]
+            parts.append(f"{_fmt(min(vals))}-{_fmt(max(vals))} ({_fmt(statistics.stdev(vals))})" if len(vals) > 1
+                         else "n/a")
+        if any(part != "n/a" for part in parts):
+            lines.append(f"| {row.name} | " + " | ".join(parts) + " |")
+    return lines
+
+
 def markdown(manifest: TableManifest, cells: dict[str, dict[str, Cell]], preset: str,
-             detectable: Detectable | None = None) -> str:
+             detectable: Detectable | None = None, spread: dict | None = None) -> str:
     """Ours / paper / delta per column, intervals in brackets; rows we could not run say why; under the rows, the
-    smallest difference each accuracy column can detect."""
+    smallest difference each accuracy column can detect and the paper's effects; then the cells' spread over
+    training seeds, where one was measured."""
     lines = [
         f"# {manifest.paper} {manifest.table}: {manifest.title}",
         "",
         f"Metric: {manifest.metric} (x{manifest.scale:g}); preset `{preset}`; published numbers from "
         f"{manifest.source}. Cells: ours [95% CI] / paper (delta).",
         "",
-        "| row | method | " + " | ".join(manifest.columns) + " |",
+        "| row | method | " + " | ".join(
+            f"{c} ({holds})" if (holds := column_holds(manifest, preset, c)) else c for c in manifest.columns) + " |",
         "|---|---|" + "---|" * len(manifest.columns),
     ]
     for row in manifest.rows:
@@ -94,8 +143,17 @@ def markdown(manifest: TableManifest, cells: dict[str, dict[str, Cell]], preset:
         lines.append(f"| {DETECTABLE_ROW} | | " + " | ".join(
             f"{_fmt(detectable[c][0])} (n={detectable[c][1]})" if c in detectable else "n/a"
             for c in manifest.columns) + " |")
+        effects = paper_effects(manifest)
+        lines.append(f"| {EFFECT_ROW} | | " + " | ".join(
+            f"{_fmt(effects[c][0])}-{_fmt(effects[c][1])}" if c in effects else "n/a" for c in manifest.columns) + " |")
+        blind = [c for c in manifest.columns if c in detectable and c in effects and detectable[c][0] > effects[c][1]]
         lines += ["", f"Smallest detectable difference: the {DETECTABLE_NOTE}; two rows closer than it are not told "
-                      "apart by this run."]
+                      f"apart by this run. {EFFECT_ROW.capitalize()}: the smallest and largest published difference "
+                      "between consecutive rows."]
+        if blind:
+            lines.append(f"This run cannot detect even the paper's largest effect in: {', '.join(blind)}.")
+    if spread:
+        lines += spread_lines(manifest, spread)
     if manifest.note:
         lines += ["", f"Note: {manifest.note}"]
     return "\n".join(lines) + "\n"
@@ -103,25 +161,26 @@ def markdown(manifest: TableManifest, cells: dict[str, dict[str, Cell]], preset:
 
 def write_report(
     manifest: TableManifest, cells: dict[str, dict[str, Cell]], out_dir: str | Path, preset: str,
-    detectable: Detectable | None = None,
+    detectable: Detectable | None = None, spread: dict | None = None,
 ) -> dict[str, Path]:
     """``<out_dir>/<table>.{md,csv,png}``, each written atomically; returns their paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {ext: out / f"{manifest.table}.{ext}" for ext in ("md", "csv", "png")}
-    atomic_write_text(paths["md"], markdown(manifest, cells, preset, detectable))
+    atomic_write_text(paths["md"], markdown(manifest, cells, preset, detectable, spread))
     records = table_rows(manifest, cells, detectable)
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=list(records[0]) if records else ["row"])
     writer.writeheader()
     writer.writerows(records)
     atomic_write_text(paths["csv"], buf.getvalue())
-    _plot(manifest, [r for r in records if r["row"] != DETECTABLE_ROW], paths["png"])
+    _plot(manifest, [r for r in records if r["row"] != DETECTABLE_ROW], paths["png"], preset)
     return paths
 
 
-def _plot(manifest: TableManifest, records: list[dict[str, object]], path: Path) -> None:
-    """One panel per column: the paper's bar and ours (with its interval) for every row."""
+def _plot(manifest: TableManifest, records: list[dict[str, object]], path: Path, preset: str) -> None:
+    """One panel per column, titled by what it holds (a stand-in's content, the paper's column under it): the
+    paper's bar and ours (with its interval) for every row."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -141,7 +200,8 @@ def _plot(manifest: TableManifest, records: list[dict[str, object]], path: Path)
         err = [[(o - mine[n]["ci_low"]) if mine[n]["ci_low"] is not None else 0 for n, o in zip(names, ours)],
                [(mine[n]["ci_high"] - o) if mine[n]["ci_high"] is not None else 0 for n, o in zip(names, ours)]]
         ax.barh(y - 0.2, ours, height=0.4, color="#3b6ea5", xerr=np.nan_to_num(err), label="ours")
-        ax.set_title(col, fontsize=9)
+        holds = column_holds(manifest, preset, col)
+        ax.set_title(f"{holds}\n(paper: {col})" if holds else col, fontsize=9)
         ax.set_xlabel(f"{manifest.metric} (x{manifest.scale:g})", fontsize=8)
     axes[0][0].set_yticks(y, names, fontsize=7)
     axes[0][0].invert_yaxis()

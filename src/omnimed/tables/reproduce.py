@@ -13,9 +13,12 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path
 
+from omnimed.data.artifacts import atomic_write_text
 from omnimed.evaluation.datasets import dataset_status, known_datasets
 from omnimed.evaluation.runner import FAILED_FILE
 from omnimed.tables.manifest import (
@@ -30,6 +33,8 @@ from omnimed.tables.detectable import detectable_difference, question_outcomes
 from omnimed.tables.report import Cell, Detectable, write_report
 
 MINIATURE = "miniature"
+DEFAULT_TRAINING_SEED = 0  # conf/train.yaml's seed: what a table trains with unless --training-seeds says otherwise
+SEED_FIELD, SEED_TAG_FIELD = "{train_seed}", "{seed_tag}"  # placeholders a manifest or recipe may use
 AVERAGE = "average"  # a column computed as the mean of the row's other columns, not run
 DEFAULT_LAUNCHER = "basic"
 LAUNCHER_GROUP = "hydra/launcher="
@@ -274,6 +279,35 @@ def column_resolution(manifest: TableManifest, cells: dict[str, dict[str, Cell]]
     return out
 
 
+def seed_tag(seed: int) -> str:
+    """The suffix of what is trained with ``seed``: none for the default seed, so a table's usual run and its
+    seed-spread run share that seed's models."""
+    return "" if seed == DEFAULT_TRAINING_SEED else f"-seed{seed}"
+
+
+def for_training_seed(manifest: TableManifest, seed: int) -> TableManifest:
+    """The manifest with ``{train_seed}`` and ``{seed_tag}`` filled in wherever they appear (a seeded recipe's
+    command and ``creates``, the preset and row overrides that read its model), so one seed's training and the rows
+    that read it use that seed's artifacts."""
+    text = manifest.model_dump_json().replace(SEED_FIELD, str(seed)).replace(SEED_TAG_FIELD, seed_tag(seed))
+    return TableManifest.model_validate_json(text, context={"papers": {r.method for r in manifest.rows}})
+
+
+def seed_spread(manifest: TableManifest, per_seed: dict[int, dict[str, dict[str, Cell]]], preset: str) -> dict:
+    """Our number per (row, column) for each training seed, for the record of how much trained rows move."""
+    values = {row.name: {col: [per_seed[s].get(row.name, {}).get(col, Cell()).ours for s in per_seed]
+                         for col in manifest.columns} for row in manifest.rows}
+    return {"preset": preset, "seeds": list(per_seed), "measured": date.today().isoformat(), "values": values}
+
+
+def read_seed_spread(path: Path, preset: str) -> dict | None:
+    """The stored spread over training seeds of this table at ``preset``, if one was measured."""
+    if not path.is_file():
+        return None
+    spread = json.loads(path.read_text())
+    return spread if spread.get("preset") == preset else None
+
+
 def _fill_averages(manifest: TableManifest, preset: str, row_cells: dict[str, Cell]) -> None:
     """An ``average`` column is the unweighted mean of the row's other columns, as the papers compute it; it
     stays empty unless every other column was measured."""
@@ -287,27 +321,9 @@ def _fill_averages(manifest: TableManifest, preset: str, row_cells: dict[str, Ce
             row_cells[col] = Cell(status="not run: needs every other column")
 
 
-def reproduce(
-    manifest: TableManifest,
-    *,
-    preset: str = "miniature",
-    out_dir: Path,
-    launcher: str = DEFAULT_LAUNCHER,
-    extra: list[str] | None = None,
-    dry_run: bool = False,
-    log=print,
-) -> tuple[dict[str, dict[str, Cell]], dict[str, Path]]:
-    """Run the table's runnable rows and write its report; returns the cells and the report paths."""
-    launcher, extra = split_launcher(launcher, extra)
-    plans = plan_rows(manifest, preset, extra)
-    runs_dir = out_dir / "runs" / manifest.table
-    validate(plans, manifest, launcher=launcher, runs_dir=runs_dir)
-    validate_prepare(manifest, preset, extra)
-    if dry_run:
-        for step in manifest.prepare.get(preset, []):
-            log(f"prepare {step.name}: {' '.join(step.command)} -> {step.creates}")
-    elif any(plan.datasets for plan in plans):
-        run_prepare(manifest, preset, runs_dir, extra, log)
+def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_dir: Path, launcher: str,
+              dry_run: bool, log) -> dict[str, dict[str, Cell]]:
+    """Run every planned row (nothing on a dry run) and collect its cells; rows that do not run say why."""
     cells: dict[str, dict[str, Cell]] = {}
     for row in manifest.rows:
         if row.status != "runnable":
@@ -334,5 +350,56 @@ def reproduce(
                     cell.status = f"failed: {reason[:160]}"
                 cells[plan.row.name][col] = cell
         _fill_averages(manifest, preset, cells[plan.row.name])
-    paths = {} if dry_run else write_report(manifest, cells, out_dir, preset, column_resolution(manifest, cells))
+    return cells
+
+
+def reproduce(
+    manifest: TableManifest,
+    *,
+    preset: str = "miniature",
+    out_dir: Path,
+    launcher: str = DEFAULT_LAUNCHER,
+    extra: list[str] | None = None,
+    dry_run: bool = False,
+    training_seeds: Sequence[int] = (),
+    log=print,
+) -> tuple[dict[str, dict[str, Cell]], dict[str, Path]]:
+    """Run the table's runnable rows and write its report; returns the cells and the report paths. With
+    ``training_seeds``, the seeded prepare steps train once per seed and every row runs against each seed's
+    models: the report is the default seed's table (else the first seed's) with each cell's spread over the seeds,
+    which is also stored (``<table>.seeds.json``) and stated by later single-seed runs of the table."""
+    launcher, extra = split_launcher(launcher, extra)
+    seeds = list(dict.fromkeys(training_seeds)) or [DEFAULT_TRAINING_SEED]
+    runs = {}
+    for seed in seeds:  # validate every seed's runs and steps before anything runs
+        seeded = for_training_seed(manifest, seed)
+        plans = plan_rows(seeded, preset, extra)
+        runs_dir = out_dir / "runs" / f"{manifest.table}{seed_tag(seed)}"
+        validate(plans, seeded, launcher=launcher, runs_dir=runs_dir)
+        validate_prepare(seeded, preset, extra)
+        runs[seed] = (seeded, plans, runs_dir)
+    per_seed: dict[int, dict[str, dict[str, Cell]]] = {}
+    for seed, (seeded, plans, runs_dir) in runs.items():
+        if len(seeds) > 1:
+            log(f"training seed {seed} ({seeds.index(seed) + 1}/{len(seeds)})")
+        if dry_run:
+            for step in seeded.prepare.get(preset, []):
+                log(f"prepare {step.name}: {' '.join(step.command)} -> {step.creates}")
+        elif any(plan.datasets for plan in plans):
+            run_prepare(seeded, preset, runs_dir, extra, log)
+        per_seed[seed] = _run_rows(seeded, plans, preset, runs_dir, launcher, dry_run, log)
+    main = DEFAULT_TRAINING_SEED if DEFAULT_TRAINING_SEED in per_seed else seeds[0]
+    cells = per_seed[main]
+    if dry_run:
+        return cells, {}
+    spread_file = out_dir / f"{manifest.table}.seeds.json"
+    if len(seeds) > 1:
+        spread = seed_spread(manifest, per_seed, preset)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(spread_file, json.dumps(spread, indent=1) + "\n")
+    else:
+        spread = read_seed_spread(spread_file, preset)
+    paths = write_report(manifest, cells, out_dir, preset, column_resolution(manifest, cells), spread)
+    if len(seeds) > 1:
+        paths["seeds"] = spread_file
     return cells, paths

@@ -182,7 +182,7 @@ def test_selfbiorag_through_the_vllm_server_decides_and_scores_like_hf(server, h
     knowledge = KnowledgeConfig(name="world_tiny", world_size="tiny", indexes=["bm25"], retriever="bm25")
     kb = build_knowledge_base(knowledge, tmp_path, progress=False)
     questions = [q for q in world_of(knowledge).questions if q.split == "test"]
-    cfg = SelfBioRAGConfig(retrieval="adaptive", delta=0.2, top_k=2, domain_method="bm25")
+    cfg = SelfBioRAGConfig(retrieval="adaptive", delta=0.2, top_k=2, domain_method="bm25", answer_mode="logprob")
     served = SelfBioRAG(cfg, OpenAIBackend(server.url, server.model, api_key_env=KEY_ENV, timeout=120), kb)
     via_vllm = served.answer(questions)
     local = SelfBioRAG(cfg, hf, kb).answer(questions)

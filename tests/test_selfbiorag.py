@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -213,7 +214,13 @@ def test_oracle_generator_retrieves_and_answers_from_the_best_passage(world, kb)
     for o in outs:
         best = max(o.candidates, key=lambda c: c.score)
         assert o.raw == best.text and len(o.candidates) == 3
-        assert best.score == pytest.approx(cfg.w_rel * best.s_rel + cfg.w_sup * best.s_sup + cfg.w_use * best.s_use)
+        # the reference's segment score: the answer's sequence score (exp of its mean token log-prob) + critiques
+        assert best.s_seq == pytest.approx(1.0)  # the oracle is certain of its answer
+        assert best.score == pytest.approx(best.s_seq + cfg.w_rel * best.s_rel + cfg.w_sup * best.s_sup
+                                           + cfg.w_use * best.s_use)
+    cfg = SelfBioRAGConfig(retrieval="always", top_k=2, domain_method="bm25", use_seqscore=False, answer_mode="logprob")
+    for o in SelfBioRAG(cfg, OracleBackend(world), kb).answer(_mcqs(world)[:3]):
+        assert o.correct and all(c.score == pytest.approx(c.s_rel + c.s_sup + 0.5 * c.s_use) for c in o.candidates)
 
 
 class FixedRetrieval:
@@ -232,6 +239,9 @@ class FixedRetrieval:
 
     def generate(self, requests, params):
         return self.inner.generate(requests, params)
+
+    def score(self, requests, continuations):
+        return self.inner.score(requests, continuations)
 
 
 def test_retrieval_rate_responds_to_delta_and_modes(world, kb):
@@ -401,3 +411,102 @@ def test_table_reproduced_through_prepare_steps_in_one_w_and_b_group(tmp_path):
     again = subprocess.run([str(BIN / "omnimed-reproduce"), str(path), f"paths.root={tmp_path}", "--dry-run"],
                            cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
     assert again.returncode == 0 and "prepare critic training" in again.stdout + again.stderr
+
+
+class _Recording:
+    """An HF backend that keeps the prompt text of every request it is sent."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.name, self.model_id, self.prompts = inner, inner.name, inner.model_id, []
+
+    def next_token_logprobs(self, requests, tokens):
+        self.prompts += [(r.meta["task"], self.inner.render(r)) for r in requests]
+        return self.inner.next_token_logprobs(requests, tokens)
+
+    def generate(self, requests, params):
+        self.prompts += [(r.meta["task"], self.inner.render(r)) for r in requests]
+        return self.inner.generate(requests, params)
+
+    def score(self, requests, continuations):
+        return self.inner.score(requests, continuations)
+
+
+class _OnePassage:
+    def __init__(self, passage) -> None:
+        self.passage = passage
+
+    def search_sources(self, queries, k, **kwargs):
+        return [[self.passage] for _ in queries]
+
+
+def test_the_plain_layout_of_released_self_rag_weights_is_sent_character_for_character():
+    """A generator whose model config says `prompt_layout: plain` (the released Self-RAG / Self-BioRAG weights) is
+    asked in Self-RAG's `### Instruction: / ### Input: / ### Response:` text, evidence after the response header as
+    `[Retrieval]<paragraph>TITLE\\nTEXT</paragraph>`; the same model with the chat layout gets its chat template."""
+    from omnimed.data.records import Passage
+    from omnimed.generation.hf import HFBackend
+    from omnimed.methods.selfbiorag.method import SelfBioRAGMethod
+
+    plain = ModelConfig(name="tiny-llama", source="tiny", name_or_path="tiny-llama", prompt_layout="plain",
+                        special_tokens=list(T.SPECIAL_TOKENS))
+    q = MultipleChoiceQuestion(id="q1", question="Which enzyme does drug X inhibit?",
+                               options={"A": "kinase K", "B": "protease P"}, answer=["A"], dataset="fixed")
+    kb = _OnePassage(Passage(id="book:1", source="book", title="Drug X", text="Drug X inhibits kinase K."))
+    method = SelfBioRAGMethod(SelfBioRAGConfig(retrieval="always", top_k=1))
+    _, model = method.serve(SimpleNamespace(model=None), plain)
+    backend = _Recording(HFBackend(model, batch_size=2))
+    (out,) = method.answer([q], backend, kb, seed=0)
+    (cand,) = out.extras["candidates"]  # it runs end to end on a model with the tokens added
+    assert 0.0 <= cand["s_seq"] <= 1.0 and cand["score"] >= cand["s_seq"] - 0.5
+    head = ("### Instruction:\nChoose the correct option and state it.\n\n### Input:\nWhich enzyme does drug X "
+            "inhibit?\nA. kinase K\nB. protease P\n\n### Response:\n")
+    evidence = "[Retrieval]<paragraph>Drug X\nDrug X inhibits kinase K.</paragraph>"
+    sent = dict(backend.prompts)
+    assert sent["relevance"] == head + evidence
+    # the generator writes its own answer after its REL token (the paper's generate mode)
+    assert sent["answer_mcq"] in (head + evidence + rel for rel in T.RELEVANCE_LABELS)
+    # the chat layout (the default, what the miniature trains with) renders the same question with the template
+    method = SelfBioRAGMethod(SelfBioRAGConfig(retrieval="always", top_k=1))
+    method.serve(SimpleNamespace(model=None), ModelConfig(name="tiny-llama", source="tiny", name_or_path="tiny-llama",
+                                                 special_tokens=list(T.SPECIAL_TOKENS)))
+    backend.prompts = []
+    method.answer([q], backend, kb, seed=0)
+    assert "### Instruction:" not in dict(backend.prompts)["relevance"]
+
+
+def test_shots_show_the_most_similar_solved_training_questions_before_the_question(world):
+    """`pipeline.shots=k`: before each question, k solved questions of the dataset's training split chosen by BM25
+    (never the question itself, never a test question), each ending with its answer in the form the answer modes
+    read; without a pool to choose from, the pipeline refuses to run rather than silently going zero-shot."""
+    import re
+
+    from omnimed.evaluation.datasets import DatasetRequest, load_demonstrations
+    from omnimed.methods.selfbiorag.inference import question_block
+
+    pool = load_demonstrations(DatasetRequest("world_mcq", split="test", world_size="tiny"))
+    assert pool and all(q.split == "train" for q in pool)
+    questions = _mcqs(world)
+    sb = SelfBioRAG(SelfBioRAGConfig(retrieval="never", shots=2, answer_mode="logprob"), OracleBackend(world),
+                    demonstrations=pool)
+    assert all(o.correct for o in sb.answer(questions))
+    words = lambda text: set(re.findall(r"[a-z]{4,}", text.lower()))  # noqa: E731
+    for q in questions:
+        shown = sb._shown[q.id]
+        assert len(shown) == 2 and all(d.split == "train" and d.id != q.id for d in shown)
+        assert words(shown[0].question) & words(q.question)  # chosen by similarity, not at random
+        text = sb._prompt(q)[0]["content"]
+        first, second = (text.index(question_block(d)) for d in shown)
+        assert first < second < text.index(question_block(q))
+        assert f"{question_block(shown[0])}\nThe answer is {shown[0].answer[0]}." in text
+    with pytest.raises(ValueError, match="pipeline.shots=3 needs solved questions"):
+        SelfBioRAG(SelfBioRAGConfig(retrieval="never", shots=3), OracleBackend(world))
+
+
+def test_real_mmlu_sets_draw_demonstrations_from_the_dev_split(realdata):
+    from omnimed.evaluation.datasets import DatasetRequest, load_demonstrations
+
+    pool = load_demonstrations(DatasetRequest("mmlu_anatomy_val", realdata_root=str(realdata)))
+    assert len(pool) == 5 and {q.split for q in pool} == {"dev"}
+    assert len(load_demonstrations(DatasetRequest("mmlu_med_val", realdata_root=str(realdata)))) == 30
+    with pytest.raises(ValueError, match="no training-split question.*pipeline.shots=0"):
+        load_demonstrations(DatasetRequest("pubmedqa_real", realdata_root=str(realdata)))

@@ -105,6 +105,23 @@ def test_prompt_tokens_are_masked(tokenizer, template):
     assert ids.count(tokenizer.eos_token_id) == f["prompt"].count("<|im_end|>") + 1  # no doubled EOS
 
 
+def test_a_model_is_asked_at_inference_in_the_text_it_was_trained_on(tokenizer):
+    """`model.prompt_layout` decides the layout in training and at inference alike: `plain` (Self-RAG's released
+    weights) even for a tokenizer with a chat template, `chat` through the template; anything else is refused."""
+    from omnimed.models.layout import request_prompt
+    from omnimed.training.tokenize import template_mode
+
+    ex = InstructionExample(id="1", instruction="Choose one.", input="Q?\nA. x", output="A")
+    train = format_example(ex, tokenizer, template_mode("plain"))
+    assert train["prompt"] == request_prompt("Choose one.", "Q?\nA. x", "plain") == (
+        "### Instruction:\nChoose one.\n\n### Input:\nQ?\nA. x\n\n### Response:\n")
+    chat = format_example(ex, tokenizer, template_mode("chat"))
+    asked = request_prompt("Choose one.", "Q?\nA. x", "chat")
+    assert chat["prompt"] == tokenizer.apply_chat_template(asked, tokenize=False, add_generation_prompt=True)
+    with pytest.raises(ValueError, match="model.prompt_layout='selfrag'; expected chat or plain"):
+        template_mode("selfrag")
+
+
 def test_bpe_merge_across_prompt_boundary(tokenizer):
     """A token merged across the prompt/completion boundary is prompt (masked); ids are the joint text's ids."""
     prompt, completion = "Answer: metfor", "min lowers glucose."

@@ -21,6 +21,7 @@ from omegaconf import MISSING
 
 from omnimed.data.artifacts import describe_backend
 from omnimed.evaluation.runner import finish_run, gate_failures
+from omnimed.models.layout import request_prompt
 
 
 @dataclass
@@ -79,7 +80,7 @@ def run_critic_evaluation(cfg, output_dir) -> CriticResult:
 
     def request(e: InstructionExample) -> Request:
         meta = {"task": e.metadata["type"], "question_id": e.metadata.get("source_id", e.id)}
-        return Request([{"role": "user", "content": e.instruction}], meta)
+        return Request(request_prompt(e.instruction, e.input, cfg.model.prompt_layout), meta)
 
     rows: list[dict[str, Any]] = []
     for kind, choices in choices_of.items():

@@ -24,7 +24,7 @@ import logging
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -88,14 +88,21 @@ WORLD_KIND_KEYS: dict[str, str] = {f"world_mcq_{kind.replace(' ', '_').replace('
                                    for kind in ALL_KINDS}
 MINIATURE: tuple[str, ...] = ("world_mcq", *WORLD_KIND_KEYS, "world_open", "pubmedqa_real", "mmlu_med_val",
                               *MMLU_VAL_SUBJECTS, "longform_real")
+#: the real MMLU sets have no training split: their demonstrations come from MMLU's dev split (5 per subject; the
+#: paper uses MedPaLM's examples, drawn from it)
+DEMONSTRATION_KEYS: dict[str, str] = {"mmlu_med_val": "mmlu_med_dev",
+                                      **{key: key.removesuffix("_val") + "_dev" for key in MMLU_VAL_SUBJECTS}}
 REALDATA_FILES: dict[str, str] = {
     "pubmedqa_real": "research/pubmedqa/data/ori_pqal.json",
     "mmlu_med_val": "qa/mmlu-dev-val/data/val",
     **{key: f"qa/mmlu-dev-val/data/val/{s}_val.csv" for key, s in MMLU_VAL_SUBJECTS.items()},
+    "mmlu_med_dev": "qa/mmlu-dev-val/data/dev",
+    **{DEMONSTRATION_KEYS[key]: f"qa/mmlu-dev-val/data/dev/{s}_dev.csv" for key, s in MMLU_VAL_SUBJECTS.items()},
     "longform_real": "qa/omnirag-longform/dev_long.json",
 }
 REALDATA_FORMATS: dict[str, str] = {
     "pubmedqa_real": "pubmedqa", "mmlu_med_val": "mmlu", **{key: "mmlu" for key in MMLU_VAL_SUBJECTS},
+    "mmlu_med_dev": "mmlu", **{key: "mmlu" for key in DEMONSTRATION_KEYS.values()},
     "longform_real": "longform",
 }
 #: ``task.queries`` of ``task=retrieval`` (see :func:`omnimed.evaluation.retrieval.load_queries`)
@@ -182,6 +189,18 @@ def load_eval_dataset(req: DatasetRequest) -> list[Question]:
     if not questions:
         raise ValueError(f"dataset {req.key!r} (split={req.split}) has no questions")
     return questions[: req.limit] if req.limit else questions
+
+
+def load_demonstrations(req: DatasetRequest) -> list[Question]:
+    """Solved questions a method may show before each question of ``req``'s dataset: its training split (MMLU's
+    dev split for the real MMLU sets); never a question of the split being evaluated."""
+    if req.key in DEMONSTRATION_KEYS:
+        return load_eval_dataset(replace(req, key=DEMONSTRATION_KEYS[req.key], split=None, limit=None))
+    pool = [q for q in load_eval_dataset(replace(req, split=None, limit=None)) if q.split == "train"]
+    if not pool:
+        raise ValueError(f"dataset {req.key!r} has no training-split question to draw demonstrations from; "
+                         "set pipeline.shots=0")
+    return pool
 
 
 def _world(req: DatasetRequest, kind: str, question_kind: str | None = None) -> list[Question]:

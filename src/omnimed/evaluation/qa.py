@@ -57,15 +57,19 @@ class QAResult:
     logger_dir: str | None = None
 
 
-def _questions(cfg) -> list:
-    from omnimed.evaluation.datasets import DatasetRequest, load_eval_dataset
+def _request(cfg) -> Any:
+    from omnimed.evaluation.datasets import DatasetRequest
 
     k = cfg.knowledge
-    return load_eval_dataset(DatasetRequest(
-        cfg.task.dataset, split=cfg.task.split, limit=cfg.task.limit,
-        world_seed=k.world_seed, world_size=k.world_size, world_difficulty=k.world_difficulty,
-        realdata_root=k.realdata_root, data_dir=cfg.task.data_dir,
-    ))
+    return DatasetRequest(cfg.task.dataset, split=cfg.task.split, limit=cfg.task.limit,
+                          world_seed=k.world_seed, world_size=k.world_size, world_difficulty=k.world_difficulty,
+                          realdata_root=k.realdata_root, data_dir=cfg.task.data_dir)
+
+
+def _questions(cfg) -> list:
+    from omnimed.evaluation.datasets import load_eval_dataset
+
+    return load_eval_dataset(_request(cfg))
 
 
 def run_qa_evaluation(cfg, output_dir) -> QAResult:
@@ -84,6 +88,10 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
     if kind not in method.question_kinds:
         raise ValueError(f"task.dataset={cfg.task.dataset}: pipeline={method.name} answers "
                          f"{' and '.join(method.question_kinds)} questions, not {kind} ones")
+    if method.shots():
+        from omnimed.evaluation.datasets import load_demonstrations
+
+        method.demonstrations = load_demonstrations(_request(cfg))
     kb = None
     if method.needs_knowledge():
         from omnimed.knowledge.build import build_knowledge_base

@@ -63,6 +63,14 @@ class Method(ABC):
         """Whether :meth:`answer` searches the knowledge base (it is built or loaded only then)."""
         return False
 
+    #: solved questions of the dataset's training split, set by the runner when :meth:`shots` asks for some
+    demonstrations: Sequence[Any] = ()
+
+    def shots(self) -> int:
+        """How many solved questions :meth:`answer` shows before each question (chosen from
+        :attr:`demonstrations`); none by default."""
+        return 0
+
     def serve(self, backend_cfg: Any, model: Any, role: str = "generator") -> tuple[Any, Any]:
         """The backend config and model config that serve this method's ``role`` (``generator``, or ``critic`` for
         the label evaluation): by default the run's own."""

@@ -40,6 +40,10 @@ class ModelConfig:
     gradient_checkpointing: bool = False
     special_tokens: list[str] = field(default_factory=list)
     lora: LoraSettings = field(default_factory=LoraSettings)
+    # how prompts are laid out for this model, in training and at inference: `chat` (its chat template, or a plain
+    # "Role: content" rendering without one) | `plain` (Self-RAG's "### Instruction: / ### Input: / ### Response:"
+    # text, the layout the released Self-RAG and Self-BioRAG weights were trained with)
+    prompt_layout: str = "chat"
 
 
 def named_model_config(name: str) -> ModelConfig:

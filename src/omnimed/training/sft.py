@@ -234,9 +234,11 @@ def _datamodule(cfg: Any, records: list, tokenizer: Any) -> Any:
     from pathlib import Path
 
     from omnimed.training.data import SFTDataModule
+    from omnimed.training.tokenize import template_mode
 
     return SFTDataModule(records, tokenizer, data_cfg=cfg.data, task_cfg=cfg.task,
-                         cache_dir=Path(cfg.paths.cache) / "tokenized")
+                         cache_dir=Path(cfg.paths.cache) / "tokenized",
+                         template=template_mode(cfg.model.prompt_layout))
 
 
 def _module(cfg: Any, tokenizer: Any) -> SFTModule:

@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from omnimed.data.records import InstructionExample, Passage
+from omnimed.data.records import InstructionExample
+from omnimed.models.layout import check_layout, plain_prompt, render_evidence
 
 IGNORE_INDEX = -100
 """Label value ignored by the cross-entropy loss of HF causal LMs (and by ``torch.nn.CrossEntropyLoss``)."""
@@ -29,18 +30,13 @@ TemplateMode = Literal["auto", "chat", "plain"]
 #: :func:`tokenize_prompt_completion` change, so cached tokenized datasets are not reused across versions.
 FORMAT_VERSION = "sft-format-v1"
 
-PLAIN_LAYOUT = "### Instruction:\n{instruction}\n\n{input_block}{evidence_block}### Response:\n"
 
 
 # ----------------------------------------------------------------------------------------------- formatting
-def render_evidence(passages: Sequence[Passage]) -> str:
-    """Evidence as Self-RAG writes it: one ``<paragraph>TITLE\\nTEXT</paragraph>`` segment per passage (the title
-    line only when there is a title), segments separated by newlines."""
-    segments = []
-    for p in passages:
-        body = f"{p.title}\n{p.text}" if p.title else p.text
-        segments.append(f"<paragraph>{body}</paragraph>")
-    return "\n".join(segments)
+def template_mode(prompt_layout: str) -> TemplateMode:
+    """The formatting mode of a model's ``prompt_layout``: ``chat`` lets the tokenizer decide (``auto``),
+    ``plain`` forces the plain layout."""
+    return "plain" if check_layout(prompt_layout) == "plain" else "auto"
 
 
 def _user_message(example: InstructionExample) -> str:
@@ -85,12 +81,8 @@ def format_example(
                 "cannot split it into prompt and completion"
             )
         return {"prompt": prompt, "completion": full[len(prompt) :].rstrip()}
-    input_block = f"### Input:\n{example.input}\n\n" if example.input else ""
-    evidence_block = f"### Evidence:\n{render_evidence(example.evidence)}\n\n" if example.evidence else ""
-    prompt = PLAIN_LAYOUT.format(
-        instruction=example.instruction, input_block=input_block, evidence_block=evidence_block
-    )
-    return {"prompt": prompt, "completion": example.output}
+    return {"prompt": plain_prompt(example.instruction, example.input, example.evidence),
+            "completion": example.output}
 
 
 def format_conversation(

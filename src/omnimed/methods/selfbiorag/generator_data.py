@@ -19,6 +19,7 @@ not dropped: nothing is recorded for it and the next run asks again.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Optional
 
 from omnimed.data.artifacts import MAX_FAILED_SHARE, Failed, StageResult, describe_backend, open_stage
@@ -34,6 +35,7 @@ from omnimed.methods.selfbiorag.tokens import (
     format_output,
     read_choice,
 )
+from omnimed.models.layout import request_prompt
 
 STAGE = "selfbiorag_generator_data"
 
@@ -58,8 +60,9 @@ class GeneratorDataConfig:
 
 
 def critic_request(kind: str, ex: InstructionExample, output: str | None = None,
-                   passage: Passage | None = None) -> Request:
-    """The critic's question about one example (chat user turn), with the ids an oracle critic answers from."""
+                   passage: Passage | None = None, prompt_layout: str = "chat") -> Request:
+    """The critic's question about one example, in the critic model's ``prompt_layout``, with the ids an oracle
+    critic answers from."""
     task = prompts.user_message(ex.instruction, ex.input)
     evidence = prompts.evidence_text(passage) if passage is not None else None
     meta: dict[str, Any] = {"task": kind, "question_id": ex.id}
@@ -68,7 +71,7 @@ def critic_request(kind: str, ex: InstructionExample, output: str | None = None,
     if output is not None:
         meta["answer"] = output
     content = prompts.critic_instruction(kind, task, output, evidence)
-    return Request([{"role": "user", "content": content}], meta)
+    return Request(request_prompt(content, "", prompt_layout), meta)
 
 
 def _best(judged: list[tuple[Passage, str, str | None]]) -> tuple[Passage, str, str | None]:
@@ -79,7 +82,8 @@ def _best(judged: list[tuple[Passage, str, str | None]]) -> tuple[Passage, str, 
 
 
 def build_generator_data(cfg: GeneratorDataConfig, *, critic, kb, knowledge=None, root: str = ".",
-                         progress: bool = True, log=print, max_failed: float = MAX_FAILED_SHARE) -> StageResult:
+                         progress: bool = True, log=print, max_failed: float = MAX_FAILED_SHARE,
+                         prompt_layout: str = "chat") -> StageResult:
     """Run the stage (or reuse its finished output); ``critic``: a generation backend serving the critic LM. An
     example whose critic calls failed is left for the next run; more than ``max_failed`` of them fail the stage."""
     stage = open_stage(STAGE, cfg, root=root, **stage_inputs(cfg.instructions, critic, kb))
@@ -98,6 +102,7 @@ def build_generator_data(cfg: GeneratorDataConfig, *, critic, kb, knowledge=None
         f"annotate with critic {critic.model_id} -> {stage.path}")
 
     params = SamplingParams(max_new_tokens=cfg.critic_max_new_tokens)
+    ask_critic = partial(critic_request, prompt_layout=prompt_layout)  # in the critic model's layout
 
     def ask(requests: list[Request], kinds: list[str]) -> list[tuple[str | None, str | None]]:
         """(token or None, error or None) per request."""
@@ -106,8 +111,8 @@ def build_generator_data(cfg: GeneratorDataConfig, *, critic, kb, knowledge=None
                 for r, k in zip(replies, kinds)]
 
     def annotate(batch: list[InstructionExample]) -> list[dict[str, Any] | Failed]:
-        first = ask([critic_request("retrieval", ex) for ex in batch]
-                    + [critic_request("utility", ex, ex.output) for ex in batch],
+        first = ask([ask_critic("retrieval", ex) for ex in batch]
+                    + [ask_critic("utility", ex, ex.output) for ex in batch],
                     ["retrieval"] * len(batch) + ["utility"] * len(batch))
         errors: dict[int, str] = {}
         for i, (_, err) in enumerate(first):
@@ -122,8 +127,8 @@ def build_generator_data(cfg: GeneratorDataConfig, *, critic, kb, knowledge=None
         requests, kinds, owners = [], [], []
         for i, passages in zip(retrieving, evidence):
             for p in passages:
-                requests += [critic_request("relevance", batch[i], passage=p),
-                             critic_request("support", batch[i], batch[i].output, p)]
+                requests += [ask_critic("relevance", batch[i], passage=p),
+                             ask_critic("support", batch[i], batch[i].output, p)]
                 kinds += ["relevance", "support"]
                 owners += [i, i]
         answers = ask(requests, kinds)

@@ -10,8 +10,13 @@ For each question the generator M is asked, in its own output layout (:mod:`~omn
    ``[Retrieval]<paragraph>EVIDENCE</paragraph>``, M's REL token distribution is read, M answers after its most
    likely REL token, then its SUP (only after ``[Relevant]``, as in the training layout; 0 otherwise) and USE
    distributions after the answer are read, and the passage's score is
-   S = w_rel s_rel + w_sup s_sup + w_use s_use with the normalised probabilities of appendix 4 (Eqs. 2-4). The
+   S = s_seq + w_rel s_rel + w_sup s_sup + w_use s_use with the normalised probabilities of appendix 4 (Eqs. 2-4)
+   and, with ``use_seqscore`` (the reference's runs), the answer's geometric-mean token probability s_seq. The
    answer given with the best-scoring passage is kept.
+
+Each question is asked in the generator model's ``prompt_layout`` (its chat template, or the plain
+``### Instruction:`` text the released Self-RAG weights know), after ``shots`` solved questions of the dataset's
+training split chosen by BM25 (Table 4's 3-shot).
 
 Answers to multiple-choice questions are read in one of two ways (``answer_mode``): ``logprob`` starts the answer
 with ``answer_prefix`` and takes the most likely option letter (small models, and exact scoring), ``generate`` lets
@@ -45,6 +50,7 @@ from omnimed.methods.selfbiorag.tokens import (
     support_score,
     utility_score,
 )
+from omnimed.models.layout import request_prompt
 
 MODES = ("adaptive", "always", "never")
 
@@ -54,6 +60,8 @@ class SelfBioRAGConfig:
     """``pipeline=selfbiorag``. The ablation switches of Tables 5 and 6:
 
     - ``retrieval`` (adaptive | always | never), ``delta`` (Eq. 1 threshold, 0.2), ``top_k`` (10 passages);
+    - ``shots``: solved questions shown before each one (Table 4: 3; chosen by BM25 from the dataset's training
+      split), ``use_seqscore``: add the answer's sequence score to each passage's S (the reference's runs);
     - ``domain_corpus``: search ``domain_sources`` (true; PubMed, PMC, CPG, textbooks in the paper) or
       ``general_sources`` (false; Wikipedia);
     - ``domain_retriever``: search with ``domain_method`` (true; MedCPT in the paper, the knowledge base's dense
@@ -71,6 +79,8 @@ class SelfBioRAGConfig:
     w_rel: float = 1.0
     w_sup: float = 1.0
     w_use: float = 0.5
+    use_seqscore: bool = True
+    shots: int = 0  # conf/pipeline/selfbiorag.yaml sets the paper's 3; built in code, a pipeline shows none
     domain_corpus: bool = True
     domain_sources: list[str] = field(default_factory=lambda: ["book", "guideline", "research"])
     general_sources: list[str] = field(default_factory=lambda: ["wiki"])
@@ -83,12 +93,14 @@ class SelfBioRAGConfig:
     critic: Optional[str] = None
     baseline_critic: Optional[str] = None
     mcq_instruction: str = "Choose the correct option and state it."
-    answer_mode: str = "logprob"
+    answer_mode: str = "generate"
     answer_prefix: str = "The answer is"
     max_new_tokens: int = 128
     temperature: float = 0.0
 
     def check(self) -> None:
+        if self.shots < 0:
+            raise ValueError(f"pipeline.shots={self.shots}; expected 0 or more demonstrations")
         if self.retrieval not in MODES:
             raise ValueError(f"pipeline.retrieval={self.retrieval!r}; expected one of {', '.join(MODES)}")
         if self.answer_mode not in ("logprob", "generate"):
@@ -115,13 +127,15 @@ class SelfBioRAGConfig:
 
 @dataclass
 class Candidate:
-    """One passage's branch: its critique scores, the combined score S and the answer given with it."""
+    """One passage's branch: its critique scores, the answer's sequence score (its tokens' geometric-mean
+    probability), the combined score S and the answer given with it."""
 
     passage_id: str
     relevance: str
     s_rel: float
     s_sup: float
     s_use: float
+    s_seq: float
     score: float
     letter: str | None
     text: str
@@ -144,15 +158,16 @@ class SelfBioRAGOutput:
     error: str | None = None  # a generation call for this question failed (the backend's error)
 
 
-_ANSWER_IS = re.compile(r"answer\s+is\s*:?\s*\(?([A-Z])\b", re.IGNORECASE)
+#: the ways an answer names its option: "the answer is (B)", "Answer: (B)", "<answer>B</answer>"
+_ANSWER_IS = re.compile(r"answer\s*(?:is\s*:?|:)\s*\(?([A-Z])\b|<answer>\s*([A-Z])\s*</answer>", re.IGNORECASE)
 _REFLECTIVE = re.compile("|".join(re.escape(t) for t in sorted(REFLECTIVE_TOKENS, key=len, reverse=True)))
 
 
 def read_option(text: str, options: dict[str, str]) -> str | None:
     """The option a free-text answer names: ``answer is X`` first, else the one option whose text it contains."""
     match = _ANSWER_IS.search(text)
-    if match and match.group(1).upper() in options:
-        return match.group(1).upper()
+    if match and (match.group(1) or match.group(2)).upper() in options:
+        return (match.group(1) or match.group(2)).upper()
     low = text.lower()
     named = [k for k, v in options.items() if v.lower() in low]
     return named[0] if len(named) == 1 else None
@@ -166,12 +181,47 @@ def _best(logprobs: dict[str, float], tokens: Sequence[str]) -> str:
     return max(tokens, key=lambda t: logprobs.get(t, float("-inf")))
 
 
+def question_block(q: MultipleChoiceQuestion) -> str:
+    """A question as the generator reads it: the question, then one ``X. option`` line per option."""
+    return q.question + "\n" + "\n".join(f"{k}. {v}" for k, v in q.options.items())
+
+
+def demonstration(q: MultipleChoiceQuestion, answer_prefix: str) -> str:
+    """A solved question shown before the one asked: its block, then its answer in the form both answer modes read
+    (``The answer is C.``)."""
+    return f"{question_block(q)}\n{answer_prefix} {q.answer[0]}."
+
+
+def pick_demonstrations(questions: Sequence[MultipleChoiceQuestion], pool: Sequence[Any], k: int
+                        ) -> dict[str, list[MultipleChoiceQuestion]]:
+    """For each question, the ``k`` solved questions of ``pool`` most similar to it (BM25 over the question texts,
+    the knowledge base's analyser; the reference picks nearest neighbours of the training split), most similar
+    first, never the question itself."""
+    from omnimed.knowledge.sparse import BM25Index
+
+    solved = [p for p in pool if isinstance(p, MultipleChoiceQuestion) and len(p.answer) == 1]
+    if k < 1 or not solved:
+        return {q.id: [] for q in questions}
+    index = BM25Index.build([p.question for p in solved])
+    rankings = index.search([q.question for q in questions], k + 1)
+    return {q.id: [solved[row] for row, _ in ranking if solved[row].id != q.id][:k]
+            for q, ranking in zip(questions, rankings)}
+
+
 class SelfBioRAG:
     """Answer multiple-choice questions as Self-BioRAG does; ``backend`` serves the generator, ``kb`` is the
-    knowledge base (needed unless ``retrieval=never``)."""
+    knowledge base (needed unless ``retrieval=never``), ``demonstrations`` the solved questions the ``shots``
+    shown before each question are chosen from."""
 
-    def __init__(self, cfg: SelfBioRAGConfig, backend, kb=None) -> None:
+    def __init__(self, cfg: SelfBioRAGConfig, backend, kb=None, prompt_layout: str = "chat",
+                 demonstrations: Sequence[Any] = ()) -> None:
         cfg.check()
+        if cfg.shots and not demonstrations:
+            raise ValueError(f"pipeline.shots={cfg.shots} needs solved questions to choose demonstrations from "
+                             "(the evaluation passes the dataset's training split); set pipeline.shots=0")
+        self.prompt_layout = prompt_layout  # the generator model's (chat template, or Self-RAG's plain text)
+        self.pool = demonstrations
+        self._shown: dict[str, list[MultipleChoiceQuestion]] = {}
         if cfg.retrieval != "never" and kb is None:
             raise ValueError(f"pipeline.retrieval={cfg.retrieval} needs a knowledge base")
         self.cfg, self.backend, self.kb = cfg, backend, kb
@@ -180,13 +230,12 @@ class SelfBioRAG:
                                      stop=tuple(REFLECTIVE_TOKENS))
 
     # ------------------------------------------------------------------------------------------- requests
-    def _messages(self, q: MultipleChoiceQuestion) -> list[dict[str, str]]:
-        options = "\n".join(f"{k}. {v}" for k, v in q.options.items())
-        text = prompts.user_message(self.cfg.mcq_instruction, f"{q.question}\n{options}")
-        return [{"role": "user", "content": text}]
+    def _prompt(self, q: MultipleChoiceQuestion) -> str | list[dict[str, str]]:
+        shown = [demonstration(d, self.cfg.answer_prefix) for d in self._shown.get(q.id, [])]
+        return request_prompt(self.cfg.mcq_instruction, "\n\n".join([*shown, question_block(q)]), self.prompt_layout)
 
     def _request(self, q: MultipleChoiceQuestion, prefix: str, task: str, **meta: Any) -> Request:
-        return Request(self._messages(q), {"task": task, "question_id": q.id, "assistant_prefix": prefix, **meta})
+        return Request(self._prompt(q), {"task": task, "question_id": q.id, "assistant_prefix": prefix, **meta})
 
     # ------------------------------------------------------------------------------------------- steps
     def retrieval_probabilities(self, questions: Sequence[MultipleChoiceQuestion]) -> list[float]:
@@ -195,12 +244,16 @@ class SelfBioRAG:
                                                [RETRIEVE, NO_RETRIEVE])
         return [retrieval_score(_probs(lp)) for lp in lps]
 
-    def _answers(self, items: list[tuple[MultipleChoiceQuestion, str, dict[str, Any]]]) -> list[tuple[str | None, str]]:
-        """(letter, answer text) for each (question, assistant prefix, meta) in the configured answer mode."""
+    def _answers(self, items: list[tuple[MultipleChoiceQuestion, str, dict[str, Any]]]
+                 ) -> list[tuple[str | None, str, float]]:
+        """(letter, answer text, sequence score) for each (question, assistant prefix, meta) in the configured
+        answer mode. The sequence score is the answer tokens' geometric-mean probability, exp(mean log-prob), as
+        Self-RAG adds it to a segment's score: in ``logprob`` mode the chosen letter's probability, in ``generate``
+        mode the generated text's, scored after its prefix."""
         if not items:
             return []
         if self.cfg.answer_mode == "logprob":
-            out: list[tuple[str | None, str]] = [(None, "")] * len(items)
+            out: list[tuple[str | None, str, float]] = [(None, "", 0.0)] * len(items)
             groups: dict[tuple[str, ...], list[int]] = {}
             for i, (q, _, _) in enumerate(items):
                 groups.setdefault(tuple(q.options), []).append(i)
@@ -210,17 +263,23 @@ class SelfBioRAG:
                 for i, lp in zip(idx, self.backend.next_token_logprobs(reqs, [f" {x}" for x in letters])):
                     q = items[i][0]
                     letter = max(letters, key=lambda x: lp.get(f" {x}", float("-inf")))
-                    out[i] = (letter, f"{self.cfg.answer_prefix} {letter}: {q.options[letter]}.")
+                    out[i] = (letter, f"{self.cfg.answer_prefix} {letter}: {q.options[letter]}.",
+                              math.exp(lp.get(f" {letter}", float("-inf"))))
             return out
-        gens = self.backend.generate([self._request(q, prefix, "answer_mcq", **meta) for q, prefix, meta in items],
-                                     self.params)
-        out = []
+        reqs = [self._request(q, prefix, "answer_mcq", **meta) for q, prefix, meta in items]
+        gens = self.backend.generate(reqs, self.params)
+        texts, counts = [], []
         for (q, _, _), g in zip(items, gens):
             if g and g[0].error is not None:
                 self._errors.setdefault(q.id, g[0].error)
-            text = _REFLECTIVE.split(g[0].text)[0].strip() if g and g[0].error is None else ""
-            out.append((read_option(text, q.options), text))
-        return out
+            texts.append(_REFLECTIVE.split(g[0].text)[0].strip() if g and g[0].error is None else "")
+            counts.append(g[0].tokens if g else 0)
+        seqs = [0.0] * len(items)
+        scored = [i for i, t in enumerate(texts) if t] if self.cfg.use_seqscore else []
+        for i, total in zip(scored, self.backend.score([reqs[i] for i in scored], [texts[i] for i in scored])
+                            if scored else []):
+            seqs[i] = math.exp(total / max(counts[i], 1))
+        return [(read_option(t, q.options), t, s) for (q, _, _), t, s in zip(items, texts, seqs)]
 
     def _judge(self, questions: Sequence[MultipleChoiceQuestion], passages: Sequence[Sequence[Passage]]
                ) -> list[list[Candidate]]:
@@ -233,7 +292,7 @@ class SelfBioRAG:
             list(RELEVANCE_LABELS))
         rel_tok = [_best(lp, RELEVANCE_LABELS) for lp in rel]
         answers = self._answers([(questions[qi], h + t, m) for (qi, _), h, t, m in zip(branches, heads, rel_tok, metas)])
-        after = [h + t + text for h, t, (_, text) in zip(heads, rel_tok, answers)]
+        after = [h + t + text for h, t, (_, text, _) in zip(heads, rel_tok, answers)]
         # SUP is judged only after evidence the generator found relevant (the training layout writes no SUP after
         # [Irrelevant]); an irrelevant branch gets s_sup = 0 and its USE is read right after the answer
         judged = [i for i, t in enumerate(rel_tok) if t == RELEVANT]
@@ -246,14 +305,15 @@ class SelfBioRAG:
         sup_tok = [_best(lp, SUPPORT_LABELS) if lp is not None else "" for lp in sup]
         use = self.backend.next_token_logprobs(
             [self._request(questions[qi], a + s, "utility", answer=text, **m)
-             for (qi, _), a, s, (_, text), m in zip(branches, after, sup_tok, answers, metas)], list(UTILITY_LABELS))
+             for (qi, _), a, s, (_, text, _), m in zip(branches, after, sup_tok, answers, metas)],
+            list(UTILITY_LABELS))
         out: list[list[Candidate]] = [[] for _ in questions]
         c = self.cfg
-        for (qi, p), r, rt, (letter, text), s, u in zip(branches, rel, rel_tok, answers, sup, use):
+        for (qi, p), r, rt, (letter, text, seq), s, u in zip(branches, rel, rel_tok, answers, sup, use):
             s_sup = support_score(_probs(s)) if s is not None else 0.0
             s_rel, s_use = relevance_score(_probs(r)), utility_score(_probs(u))
-            out[qi].append(Candidate(p.id, rt, s_rel, s_sup, s_use, c.w_rel * s_rel + c.w_sup * s_sup + c.w_use * s_use,
-                                     letter, text))
+            score = (seq if c.use_seqscore else 0.0) + c.w_rel * s_rel + c.w_sup * s_sup + c.w_use * s_use
+            out[qi].append(Candidate(p.id, rt, s_rel, s_sup, s_use, seq, score, letter, text))
         return out
 
     # ------------------------------------------------------------------------------------------- answer
@@ -261,6 +321,7 @@ class SelfBioRAG:
         """One output per question, in order."""
         c = self.cfg
         self._errors = {}  # question id -> the first failed generation call's error
+        self._shown = pick_demonstrations(questions, self.pool, c.shots)
         p_ret: list[float | None] = [None] * len(questions)
         if c.retrieval == "adaptive":
             p_ret = list(self.retrieval_probabilities(questions))
@@ -270,14 +331,14 @@ class SelfBioRAG:
         with_ev = [i for i, r in enumerate(retrieve) if r]
         without = [i for i, r in enumerate(retrieve) if not r]
         outs: list[SelfBioRAGOutput | None] = [None] * len(questions)
-        for i, (letter, text) in zip(without, self._answers([(questions[i], NO_RETRIEVE, {}) for i in without])):
+        for i, (letter, text, _) in zip(without, self._answers([(questions[i], NO_RETRIEVE, {}) for i in without])):
             outs[i] = self._output(questions[i], letter, text, False, p_ret[i], [], [])
         if with_ev:
             passages = self.kb.search_sources([questions[i].question for i in with_ev], c.top_k, sources=c.sources,
                                               per_source_k=c.per_source_k, method=c.method)
             for i, ps, cands in zip(with_ev, passages, self._judge([questions[i] for i in with_ev], passages)):
                 if not cands:  # nothing retrieved: answer as without evidence, and say so
-                    (letter, text), = self._answers([(questions[i], NO_RETRIEVE, {})])
+                    (letter, text, _), = self._answers([(questions[i], NO_RETRIEVE, {})])
                     out = self._output(questions[i], letter, text, True, p_ret[i], [], [])
                     out.problem = out.problem or "retrieval returned no passage"
                     outs[i] = out

@@ -38,7 +38,8 @@ def _critic_data(cfg: CriticDataConfig, ctx: Any) -> Any:
 def _generator_data(cfg: GeneratorDataConfig, ctx: Any) -> Any:
     kb = ctx.knowledge_base
     return build_generator_data(cfg, critic=ctx.backend, kb=kb, knowledge=ctx.knowledge, root=str(ctx.root),
-                                progress=ctx.progress, log=ctx.log, max_failed=ctx.max_failed)
+                                progress=ctx.progress, log=ctx.log, max_failed=ctx.max_failed,
+                                prompt_layout=ctx.cfg.model.prompt_layout)
 
 
 @register_method
@@ -57,15 +58,21 @@ class SelfBioRAGMethod(Method):
     def needs_knowledge(self) -> bool:
         return self.cfg.retrieval != "never"
 
+    def shots(self) -> int:
+        return self.cfg.shots
+
     def serve(self, backend_cfg: Any, model: Any, role: str = "generator") -> tuple[Any, Any]:
         path = self.cfg.critic_model if role == "critic" else self.cfg.generator_model
+        self.prompt_layout = model.prompt_layout  # the served family's layout: hub weights get the one they know
         return serving(path, backend_cfg, model)
+
+    prompt_layout = "chat"
 
     def answer(self, questions: Sequence[Any], backend: Any, kb: Any, *, seed: int) -> list[Answer]:
         return [Answer(o.question_id, o.prediction, o.correct, o.problem, o.passage_ids, o.raw,
                        {"retrieved": o.retrieved, "p_retrieve": o.p_retrieve,
                         "candidates": [vars(c) for c in o.candidates]}, o.error)
-                for o in SelfBioRAG(self.cfg, backend, kb).answer(questions)]
+                for o in SelfBioRAG(self.cfg, backend, kb, self.prompt_layout, self.demonstrations).answer(questions)]
 
     def metrics(self, answers: Sequence[Answer]) -> dict[str, float]:
         out = {"retrieval_rate": sum(bool(a.extras["retrieved"]) for a in answers) / max(1, len(answers))}

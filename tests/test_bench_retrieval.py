@@ -37,9 +37,16 @@ def test_helpers():
 
 def test_bench_retrieval_on_the_tiny_world_then_the_cli_reuses_the_cache(tmp_path, monkeypatch):
     monkeypatch.delenv("OMNIMED_REALDATA", raising=False)
+    import torch
+
     cache, messages = tmp_path / "emb", []
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2 if threads == 1 else threads)  # not the benchmark's 1: its setting must not stay behind
+    before = torch.get_num_threads()
     result = bench_retrieval(["world", "realdata"], world_size="tiny", cache_dir=cache, n_queries=20, n_reference=5,
                              embed_sample=16, progress=False, log=messages.append)
+    assert torch.get_num_threads() == before  # later tests' float reductions see the threads they had
+    torch.set_num_threads(threads)
     world = build_world(0, "tiny")
     (corpus,) = result["corpora"]
     assert corpus["corpus"] == "world-tiny" and corpus["passages"] == len(world.passages)

@@ -26,7 +26,8 @@ import json
 import os
 import platform
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,21 @@ class LoadSampler(BackgroundSampler):
         s = np.asarray(self.samples)
         return {"load_avg_1m_mean": round(float(s.mean()), 2), "load_avg_1m_max": round(float(s.max()), 2),
                 "load_samples": len(s)}
+
+
+@contextmanager
+def kept_threads() -> Iterator[None]:
+    """Give torch and FAISS back the thread counts they had: a benchmark run in-process (a test, a notebook) must
+    not leave its setting behind, since a different count changes float reductions in whatever runs next."""
+    import faiss
+    import torch
+
+    before = torch.get_num_threads(), faiss.omp_get_max_threads()
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before[0])
+        faiss.omp_set_num_threads(before[1])
 
 
 def set_threads(n: int) -> None:
@@ -176,6 +192,7 @@ def overlap_at_k(a: Sequence[int], b: Sequence[int]) -> float:
     return len(set(a) & set(b)) / max(len(a), len(b))
 
 
+@kept_threads()
 def bench_corpus(
     name: str,
     texts: Sequence[str],

@@ -31,7 +31,6 @@ TemplateMode = Literal["auto", "chat", "plain"]
 FORMAT_VERSION = "sft-format-v1"
 
 
-
 # ----------------------------------------------------------------------------------------------- formatting
 def template_mode(prompt_layout: str) -> TemplateMode:
     """The formatting mode of a model's ``prompt_layout``: ``chat`` lets the tokenizer decide (``auto``),

@@ -54,6 +54,8 @@ class SelfBioRAGMethod(Method):
         Stage("selfbiorag_generator_data", GeneratorDataConfig, _generator_data),
     )
     labels: ClassVar[Mapping[str, tuple[str, ...]]] = {kind: CRITIC_CHOICES[kind] for kind in LABEL_ORDER}
+    #: the generator's prompt layout, the served model's (:meth:`serve` reads it from the model config)
+    prompt_layout = "chat"
 
     def needs_knowledge(self) -> bool:
         return self.cfg.retrieval != "never"
@@ -65,8 +67,6 @@ class SelfBioRAGMethod(Method):
         path = self.cfg.critic_model if role == "critic" else self.cfg.generator_model
         self.prompt_layout = model.prompt_layout  # the served family's layout: hub weights get the one they know
         return serving(path, backend_cfg, model)
-
-    prompt_layout = "chat"
 
     def answer(self, questions: Sequence[Any], backend: Any, kb: Any, *, seed: int) -> list[Answer]:
         return [Answer(o.question_id, o.prediction, o.correct, o.problem, o.passage_ids, o.raw,

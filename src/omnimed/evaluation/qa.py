@@ -66,19 +66,15 @@ def _request(cfg) -> Any:
                           realdata_root=k.realdata_root, data_dir=cfg.task.data_dir)
 
 
-def _questions(cfg) -> list:
-    from omnimed.evaluation.datasets import load_eval_dataset
-
-    return load_eval_dataset(_request(cfg))
-
-
 def run_qa_evaluation(cfg, output_dir) -> QAResult:
     """Answer with the method ``pipeline=`` names, score, save every prediction, log to the configured logger."""
+    from omnimed.evaluation.datasets import load_demonstrations, load_eval_dataset
     from omnimed.methods.backends import run_backend
     from omnimed.methods.registry import build_method
 
     output_dir = Path(output_dir)
-    questions = _questions(cfg)
+    request = _request(cfg)
+    questions = load_eval_dataset(request)
     longform = all(isinstance(q, OpenQuestion) for q in questions)
     if not longform and not all(isinstance(q, MultipleChoiceQuestion) for q in questions):
         raise ValueError(f"task.dataset={cfg.task.dataset}: mixes multiple-choice and open questions; a run scores "
@@ -89,9 +85,7 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
         raise ValueError(f"task.dataset={cfg.task.dataset}: pipeline={method.name} answers "
                          f"{' and '.join(method.question_kinds)} questions, not {kind} ones")
     if method.shots():
-        from omnimed.evaluation.datasets import load_demonstrations
-
-        method.demonstrations = load_demonstrations(_request(cfg))
+        method.demonstrations = load_demonstrations(request)
     kb = None
     if method.needs_knowledge():
         from omnimed.knowledge.build import build_knowledge_base

@@ -33,7 +33,8 @@ class RetrievalTaskConfig:
 
     ``queries``: ``world`` (the world's questions of ``split``; every gold source is queried, the graph with
     ``subject , question``), ``world_<kind>`` (its MCQs of one question kind: ``world_treatment``) or ``pubmedqa``
-    (real PubMedQA question -> its abstract, in the research source; needs ``knowledge=realdata``). ``methods``: bm25 | dense | hybrid | hybrid+rerank | bm25+rerank | dense+rerank.
+    (real PubMedQA question -> its abstract, in the research source; needs ``knowledge=realdata``).
+    ``methods``: bm25 | dense | hybrid | hybrid+rerank | bm25+rerank | dense+rerank.
     """
 
     name: str = "retrieval"

@@ -33,6 +33,12 @@ def render_evidence(passages: Sequence[Passage]) -> str:
     return "\n".join(segments)
 
 
+def user_text(instruction: str, input_text: str = "", evidence: Sequence[Passage] = ()) -> str:
+    """The chat layout's user turn: the instruction, then the input, then the evidence, blank-line separated."""
+    return "\n\n".join([instruction, *([input_text] if input_text else []),
+                        *([render_evidence(evidence)] if evidence else [])])
+
+
 def plain_prompt(instruction: str, input_text: str = "", evidence: Sequence[Passage] = ()) -> str:
     """The plain layout's prompt (Self-RAG's ``### Instruction: / ### Input: / ### Response:`` text), shared by
     training and by inference for models whose ``prompt_layout`` is ``plain``."""
@@ -47,4 +53,4 @@ def request_prompt(instruction: str, input_text: str = "", prompt_layout: str = 
     layout's text up to ``### Response:\\n``."""
     if check_layout(prompt_layout) == "plain":
         return plain_prompt(instruction, input_text)
-    return [{"role": "user", "content": f"{instruction}\n\n{input_text}" if input_text else instruction}]
+    return [{"role": "user", "content": user_text(instruction, input_text)}]

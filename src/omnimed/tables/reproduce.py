@@ -34,7 +34,7 @@ from omnimed.tables.report import Cell, Detectable, write_report
 
 MINIATURE = "miniature"
 DEFAULT_TRAINING_SEED = 0  # conf/train.yaml's seed: what a table trains with unless --training-seeds says otherwise
-SEED_FIELD, SEED_TAG_FIELD = "{train_seed}", "{seed_tag}"  # placeholders a manifest or recipe may use
+SEED_FIELD, SEED_TAG_FIELD = "{train_seed}", "{seed_tag}"  # template fields a manifest or recipe may use
 AVERAGE = "average"  # a column computed as the mean of the row's other columns, not run
 DEFAULT_LAUNCHER = "basic"
 LAUNCHER_GROUP = "hydra/launcher="

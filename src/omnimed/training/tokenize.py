@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from omnimed.data.records import InstructionExample
-from omnimed.models.layout import check_layout, plain_prompt, render_evidence
+from omnimed.models.layout import check_layout, plain_prompt, user_text
 
 IGNORE_INDEX = -100
 """Label value ignored by the cross-entropy loss of HF causal LMs (and by ``torch.nn.CrossEntropyLoss``)."""
@@ -36,16 +36,6 @@ def template_mode(prompt_layout: str) -> TemplateMode:
     """The formatting mode of a model's ``prompt_layout``: ``chat`` lets the tokenizer decide (``auto``),
     ``plain`` forces the plain layout."""
     return "plain" if check_layout(prompt_layout) == "plain" else "auto"
-
-
-def _user_message(example: InstructionExample) -> str:
-    """The user turn of the chat layout: instruction, then the input, then the evidence, blank-line separated."""
-    parts = [example.instruction]
-    if example.input:
-        parts.append(example.input)
-    if example.evidence:
-        parts.append(render_evidence(example.evidence))
-    return "\n\n".join(parts)
 
 
 def uses_chat_template(tokenizer: Any, template: TemplateMode = "auto") -> bool:
@@ -69,7 +59,7 @@ def format_example(
     Without one, the plain layout ends the prompt with ``### Response:\\n`` and the completion is the output.
     """
     if uses_chat_template(tokenizer, template):
-        user = [{"role": "user", "content": _user_message(example)}]
+        user = [{"role": "user", "content": user_text(example.instruction, example.input, example.evidence)}]
         prompt = tokenizer.apply_chat_template(user, tokenize=False, add_generation_prompt=True)
         full = tokenizer.apply_chat_template(
             user + [{"role": "assistant", "content": example.output}], tokenize=False

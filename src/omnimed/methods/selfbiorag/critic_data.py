@@ -29,6 +29,7 @@ from omnimed.generation.types import Request, SamplingParams
 from omnimed.methods.selfbiorag import prompts
 from omnimed.methods.selfbiorag.instructions import in_subset, load_instructions, split_of, stage_inputs
 from omnimed.methods.selfbiorag.tokens import CONTRACT_VERSION, CRITIC_CHOICES
+from omnimed.models.layout import user_text
 
 STAGE = "selfbiorag_critic_data"
 
@@ -68,7 +69,7 @@ def last_choice(text: str, kind: str) -> str | None:
 
 def _judgements(ex: InstructionExample, output: str, evidence: list[Passage]) -> list[dict[str, Any]]:
     """The (kind, output, passage) triples the teacher rates for one example."""
-    task = prompts.user_message(ex.instruction, ex.input)
+    task = user_text(ex.instruction, ex.input)
     items = [{"kind": "retrieval", "task": task, "output": None, "passage": None},
              {"kind": "utility", "task": task, "output": output, "passage": None}]
     for p in evidence:
@@ -118,7 +119,7 @@ def build_critic_data(cfg: CriticDataConfig, *, teacher, kb, knowledge=None, roo
     params = SamplingParams(max_new_tokens=cfg.teacher_max_new_tokens)
 
     def label(batch: list[InstructionExample]) -> list[dict[str, Any] | Failed]:
-        evidence = (kb.search_sources([prompts.user_message(e.instruction, e.input) for e in batch],
+        evidence = (kb.search_sources([user_text(e.instruction, e.input) for e in batch],
                                       cfg.evidence_k, sources=cfg.sources, method=cfg.retriever)
                     if cfg.evidence_k else [[] for _ in batch])
         plans = []

@@ -35,7 +35,7 @@ from omnimed.methods.selfbiorag.tokens import (
     format_output,
     read_choice,
 )
-from omnimed.models.layout import request_prompt
+from omnimed.models.layout import request_prompt, user_text
 
 STAGE = "selfbiorag_generator_data"
 
@@ -63,7 +63,7 @@ def critic_request(kind: str, ex: InstructionExample, output: str | None = None,
                    passage: Passage | None = None, prompt_layout: str = "chat") -> Request:
     """The critic's question about one example, in the critic model's ``prompt_layout``, with the ids an oracle
     critic answers from."""
-    task = prompts.user_message(ex.instruction, ex.input)
+    task = user_text(ex.instruction, ex.input)
     evidence = prompts.evidence_text(passage) if passage is not None else None
     meta: dict[str, Any] = {"task": kind, "question_id": ex.id}
     if passage is not None:
@@ -121,7 +121,7 @@ def build_generator_data(cfg: GeneratorDataConfig, *, critic, kb, knowledge=None
         ret = [tok for tok, _ in first[: len(batch)]]
         use = [tok for tok, _ in first[len(batch):]]
         retrieving = [i for i, r in enumerate(ret) if r == RETRIEVE]
-        evidence = (kb.search_sources([prompts.user_message(batch[i].instruction, batch[i].input)
+        evidence = (kb.search_sources([user_text(batch[i].instruction, batch[i].input)
                                        for i in retrieving], cfg.top_k, sources=cfg.sources, method=cfg.retriever)
                     if retrieving else [])
         requests, kinds, owners = [], [], []

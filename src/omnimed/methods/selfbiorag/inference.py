@@ -166,8 +166,9 @@ _REFLECTIVE = re.compile("|".join(re.escape(t) for t in sorted(REFLECTIVE_TOKENS
 def read_option(text: str, options: dict[str, str]) -> str | None:
     """The option a free-text answer names: ``answer is X`` first, else the one option whose text it contains."""
     match = _ANSWER_IS.search(text)
-    if match and (match.group(1) or match.group(2)).upper() in options:
-        return (match.group(1) or match.group(2)).upper()
+    letter = (match.group(1) or match.group(2)).upper() if match else None
+    if letter in options:
+        return letter
     low = text.lower()
     named = [k for k, v in options.items() if v.lower() in low]
     return named[0] if len(named) == 1 else None

@@ -8,7 +8,7 @@ Two audiences:
   reads it thousands of times) and names the choices, so one trained critic serves all four types.
 
 The generator sees an instruction exactly as training formatted it: the instruction, then its input, separated by a
-blank line (:func:`user_message`), as a chat user turn.
+blank line (:func:`omnimed.models.layout.user_text`), as a chat user turn.
 
 Bump :data:`PROMPT_VERSION` when wording changes: prompts are part of every cached call's key and of each build's
 manifest.
@@ -63,11 +63,6 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "support": ("evidence", "output"),
     "utility": ("output",),
 }
-
-
-def user_message(instruction: str, input_text: str = "") -> str:
-    """The generator's user turn: the instruction, then the input, blank-line separated (the training layout)."""
-    return f"{instruction}\n\n{input_text}" if input_text else instruction
 
 
 def evidence_text(passage: Passage) -> str:

@@ -26,6 +26,7 @@ from omnimed.methods.selfbiorag import tokens as T
 from omnimed.methods.selfbiorag.critic_data import CriticDataConfig, build_critic_data
 from omnimed.methods.selfbiorag.generator_data import GeneratorDataConfig, build_generator_data
 from omnimed.methods.selfbiorag.inference import SelfBioRAG, SelfBioRAGConfig, read_option
+from omnimed.methods.selfbiorag.sentences import split_sentences
 from omnimed.models.config import ModelConfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -128,7 +129,7 @@ class Counting:
 
 
 def test_critic_data_labels_splits_resumes_and_is_not_redone(tmp_path, world, kb):
-    cfg = CriticDataConfig(n_examples=20, evidence_k=2, batch_size=5, dev_fraction=0.3)
+    cfg = CriticDataConfig(n_examples=20, evidence_k=2, batch_size=5, dev_fraction=0.3, relevant_keep=1.0)
     oracle = OracleBackend(world)
     flaky = Counting(oracle, fail_after=2)
     with pytest.raises(RuntimeError, match="went away"):
@@ -146,15 +147,21 @@ def test_critic_data_labels_splits_resumes_and_is_not_redone(tmp_path, world, kb
     assert result.counts["dropped"] == 0
     per = {}
     for r in records:
-        per.setdefault(r.metadata["source_id"], []).append(r.metadata["type"])
+        per.setdefault(r.metadata["source_id"], []).append(r.metadata["judgement"])
     assert len(per) == 20
-    for kinds in per.values():  # RET and USE once; REL and SUP once per retrieved passage (at most evidence_k)
-        assert kinds.count("retrieval") == kinds.count("utility") == 1
+    for source, kinds in per.items():  # RET and USE once; REL and SUP once per retrieved passage (at most
+        assert kinds.count("retrieval") == kinds.count("utility") == 1  # evidence_k); three-way RET per sentence
         assert kinds.count("relevance") == kinds.count("support") <= 2
+        output = next(r for r in records if r.metadata["source_id"] == source and r.metadata["judgement"] == "utility")
+        sentences = len(split_sentences(output.instruction.split("Response: ")[-1]))
+        assert kinds.count("retrieval_three_way") == (sentences if kinds.count("relevance") else 0)
     assert sum(k.count("relevance") for k in per.values()) > 20
-    for r in records:  # every output is one of its type's tokens and agrees with the oracle
-        kind = r.metadata["type"]
-        assert r.output in T.CRITIC_CHOICES[kind]
+    for r in records:  # every output is one of its judgement's tokens; the three-way one is a retrieval label
+        assert r.output in T.CRITIC_CHOICES[r.metadata["judgement"]] and r.output in r.metadata["choices"]
+        assert r.metadata["type"] == ("retrieval" if r.metadata["judgement"] == "retrieval_three_way"
+                                      else r.metadata["judgement"])
+    three_way = {r.output for r in records if r.metadata["judgement"] == "retrieval_three_way"}
+    assert T.CONTINUE in three_way and three_way - {T.CONTINUE}  # the oracle continues on fully supporting evidence
     splits = {}
     for r in records:
         splits.setdefault(r.metadata["source_id"], set()).add(r.metadata["split"])
@@ -167,8 +174,30 @@ def test_critic_data_labels_splits_resumes_and_is_not_redone(tmp_path, world, kb
                              log=quiet).reused and again.calls == 0
 
 
+def test_relevant_ratings_are_down_sampled_deterministically_and_counted(tmp_path, world, kb):
+    """The reference keeps about 70% of the [Relevant] ratings; the same ones in every run."""
+    oracle = OracleBackend(world)
+    runs = {keep: build_critic_data(CriticDataConfig(n_examples=30, evidence_k=2, relevant_keep=keep,
+                                                     retrieval_task="instruction_only", teacher_few_shot=False),
+                                    teacher=oracle, kb=kb, knowledge=TINY_KB, root=tmp_path / str(keep),
+                                    progress=False, log=quiet).counts for keep in (1.0, 0.5)}
+    full, half = runs[1.0], runs[0.5]
+    assert half["relevance/[Relevant]"] + half["balanced_out/relevance"] == full["relevance/[Relevant]"]
+    assert 0.25 < half["relevance/[Relevant]"] / full["relevance/[Relevant]"] < 0.75
+    assert half["relevance/[Irrelevant]"] == full["relevance/[Irrelevant]"]  # only [Relevant] is thinned
+    assert not any(k.startswith("retrieval_three_way/") for k in full)  # instruction_only: two-way RET alone
+    again = build_critic_data(CriticDataConfig(n_examples=30, evidence_k=2, relevant_keep=0.5,
+                                               retrieval_task="instruction_only", teacher_few_shot=False),
+                              teacher=oracle, kb=kb, knowledge=TINY_KB, root=tmp_path / "again", progress=False,
+                              log=quiet)
+    assert again.counts == half
+    with pytest.raises(ValueError, match="retrieval_task='both'"):
+        build_critic_data(CriticDataConfig(retrieval_task="both"), teacher=oracle, kb=kb, knowledge=TINY_KB,
+                          root=tmp_path / "bad", progress=False, log=quiet)
+
+
 def test_teacher_replies_without_a_token_are_dropped_and_counted(tmp_path, world, kb):
-    cfg = CriticDataConfig(n_examples=10, evidence_k=1, batch_size=10)
+    cfg = CriticDataConfig(n_examples=10, evidence_k=1, batch_size=10, relevant_keep=1.0)
     garbling = Counting(OracleBackend(world), garble=lambda r: r.meta["task"] == "support")
     result = build_critic_data(cfg, teacher=garbling, kb=kb, knowledge=TINY_KB, root=tmp_path, progress=False,
                                log=quiet)
@@ -178,7 +207,7 @@ def test_teacher_replies_without_a_token_are_dropped_and_counted(tmp_path, world
 
 
 def test_generator_data_layout_and_critic_mispredictions_are_filtered(tmp_path, world, kb):
-    cfg = GeneratorDataConfig(top_k=2, batch_size=8)
+    cfg = GeneratorDataConfig(top_k=2, batch_size=8, no_retrieval_keep=1.0)
     # the critic writes a token outside the defined set for one example's utility
     victim = world.splits["train"]["instruction"][3]
     critic = Counting(OracleBackend(world),
@@ -200,6 +229,51 @@ def test_generator_data_layout_and_critic_mispredictions_are_filtered(tmp_path, 
         source = next(e for e in world.instructions if e.id == r.id)
         assert seg.answer == " ".join(source.output.split())
     assert result.counts["retrieval"] > 0 and result.counts["retrieval"] < result.counts["kept"]
+
+
+def test_generator_data_per_sentence_continues_on_supporting_evidence(tmp_path, world, kb):
+    """A second sentence that the quoted evidence already supports gets [Continue to Use Evidence]; one the critic
+    cannot judge costs its passage, not the example; [No Retrieval] examples are thinned to no_retrieval_keep."""
+    from omnimed.data.io import write_records
+
+    source = [e for e in world.instructions if e.metadata.get("split") == "train"]
+    twice = [InstructionExample(id=e.id, instruction=e.instruction, input=e.input, dataset=e.dataset,
+                                output=f"{e.output} {e.output}", metadata=e.metadata) for e in source]
+    write_records(tmp_path / "twice.jsonl", twice)
+    seen: dict[str, list[str]] = {}
+
+    def garble_second(r) -> bool:  # the critic cannot rate the second passage it sees for each example
+        if r.meta["task"] != "relevance":
+            return False
+        passages = seen.setdefault(r.meta["question_id"], [])
+        passages += [r.meta["passage_id"]] if r.meta["passage_id"] not in passages else []
+        return passages.index(r.meta["passage_id"]) == 1
+
+    critic = Counting(OracleBackend(world), garble=garble_second)
+    cfg = GeneratorDataConfig(instructions=str(tmp_path / "twice.jsonl"), top_k=2, no_retrieval_keep=0.5)
+    result = build_generator_data(cfg, critic=critic, kb=kb, knowledge=TINY_KB, root=tmp_path, progress=False,
+                                  log=quiet)
+    records = read_records(result.path / "records.jsonl", InstructionExample)
+    counts = result.counts
+    assert counts["continue"] > 0 and counts["dropped"] == 0  # the garbled passages cost no example
+    no_retrieval = [r for r in records if r.labels.retrieval == T.NO_RETRIEVE]
+    assert no_retrieval and counts["balanced_out/no_retrieval"] > 0
+    assert counts["kept"] + counts["balanced_out/no_retrieval"] == len(twice)
+    for r in records:
+        original = next(e.output for e in source if e.id == r.id)
+        if r.labels.retrieval == T.RETRIEVE:
+            assert r.metadata["sentences"] == 2 and r.output.count(T.RETRIEVE + T.PARAGRAPH_OPEN) >= 1
+            assert r.output.startswith(T.RETRIEVE + T.PARAGRAPH_OPEN) and original in r.output
+            if T.CONTINUE in r.output:  # the second sentence follows the first's judgements, evidence not repeated
+                assert r.output.count(T.PARAGRAPH_OPEN) == 1
+                assert r.output.endswith(f"{T.CONTINUE}{original}{r.labels.utility}")
+        else:
+            assert r.output == f"{T.NO_RETRIEVE}{original} {original}{r.labels.utility}"
+    whole = build_generator_data(GeneratorDataConfig(instructions=str(tmp_path / "twice.jsonl"), top_k=2,
+                                                     segmentation="example", invalid="example"),
+                                 critic=critic, kb=kb, knowledge=TINY_KB, root=tmp_path / "whole", progress=False,
+                                 log=quiet)
+    assert whole.counts["continue"] == 0 and whole.counts["dropped/relevance"] > 0  # the earlier behaviour
 
 
 # ------------------------------------------------------------------------------------------------ inference
@@ -311,6 +385,9 @@ def test_trained_critic_learns_every_token_type_and_beats_its_untrained_base(cri
         assert m["trained"][f"{kind}/accuracy"] >= m["untrained"][f"{kind}/accuracy"], kind
         assert m["trained"][f"{kind}/accuracy"] >= m["trained"][f"{kind}/majority"] - 1e-9, kind
     assert m["trained"]["accuracy"] > m["untrained"]["accuracy"]
+    # the retrieval column pools the two-way RET of instructions and the three-way RET of sentences, each reported
+    parts = [m["trained"][f"retrieval/{j}/n"] for j in ("retrieval", "retrieval_three_way")]
+    assert min(parts) > 0 and sum(parts) == m["trained"]["retrieval/n"]
     confusion = json.loads((critic_run[3]["trained"] / "confusion.json").read_text())
     for kind in ("utility", "retrieval", "relevance", "support"):  # per-class accuracy agrees with the confusion table
         for gold, row in confusion[kind].items():

@@ -8,6 +8,10 @@ critic instruction, restricted to them), which is what Table 9 scores. The criti
 type's tokens, the mispredictions a data stage filters out. ``<type>/majority`` is the share of the
 most frequent teacher token, the accuracy of a critic that always says it; ``<type>/class/<token>`` and
 ``<type>/macro_accuracy`` break accuracy down by gold token, and ``confusion.json`` holds the confusion tables.
+
+A type may pool judgements asked with different questions and choices (Self-BioRAG's retrieval column holds the
+two-way RET of an instruction and the three-way RET of a sentence): such a record names its own ``judgement`` and
+``choices`` in its metadata, and ``<type>/<judgement>/accuracy`` reports each apart.
 """
 
 from __future__ import annotations
@@ -78,23 +82,27 @@ def run_critic_evaluation(cfg, output_dir) -> CriticResult:
     backend_cfg, model = method.serve(cfg.backend, cfg.model, role="critic")
     backend = run_backend(backend_cfg, model=model, knowledge=cfg.knowledge, cache_root=cfg.paths.cache)
 
+    def judgement(e: InstructionExample) -> str:
+        return e.metadata.get("judgement") or e.metadata["type"]
+
     def request(e: InstructionExample) -> Request:
-        meta = {"task": e.metadata["type"], "question_id": e.metadata.get("source_id", e.id)}
+        meta = {"task": judgement(e), "question_id": e.metadata.get("source_id", e.id)}
         return Request(request_prompt(e.instruction, e.input, cfg.model.prompt_layout), meta)
 
     rows: list[dict[str, Any]] = []
-    for kind, choices in choices_of.items():
-        items = [e for e in examples if e.metadata["type"] == kind]
-        if not items:
-            continue
+    asked = {(e.metadata["type"], judgement(e), tuple(e.metadata.get("choices") or choices_of[e.metadata["type"]]))
+             for e in examples}
+    for kind, judged, choices in sorted(asked):
+        items = [e for e in examples if e.metadata["type"] == kind and judgement(e) == judged
+                 and tuple(e.metadata.get("choices") or choices_of[kind]) == choices]
         reqs = [request(e) for e in items]
         scored = backend.next_token_logprobs(reqs, list(choices))
         free = backend.generate(reqs, SamplingParams(max_new_tokens=cfg.task.free_tokens))
         for e, lp, g in zip(items, scored, free):
             pred = max(choices, key=lambda t: lp.get(t, float("-inf")))
-            rows.append({"id": e.id, "type": kind, "gold": e.output, "prediction": pred,
+            rows.append({"id": e.id, "type": kind, "judgement": judged, "gold": e.output, "prediction": pred,
                          "correct": pred == e.output, "free": g[0].text, "error": g[0].error,
-                         "free_valid": g[0].error is None and method.read_label(g[0].text, kind) is not None,
+                         "free_valid": g[0].error is None and method.read_label(g[0].text, judged) is not None,
                          "logprobs": lp})
     errors = [r["error"] for r in rows if r["error"]]
     # a failed free generation is not an outside token: too many of them fail the run
@@ -112,17 +120,23 @@ def run_critic_evaluation(cfg, output_dir) -> CriticResult:
         acc = accuracy([r["correct"] for r in mine], n_resamples=cfg.task.bootstrap_resamples, seed=cfg.seed)
         metrics.update(acc.as_dict(f"{kind}/accuracy"))
         metrics[f"{kind}/n"] = float(len(mine))
+        judged = sorted({r["judgement"] for r in mine})
+        for name in judged if len(judged) > 1 else ():
+            part = [r["correct"] for r in mine if r["judgement"] == name]
+            metrics[f"{kind}/{name}/accuracy"] = sum(part) / len(part)
+            metrics[f"{kind}/{name}/n"] = float(len(part))
         freed = [r for r in mine if not r["error"]]
         metrics[f"{kind}/outside_rate"] = sum(not r["free_valid"] for r in freed) / max(1, len(freed))
         metrics[f"{kind}/majority"] = Counter(r["gold"] for r in mine).most_common(1)[0][1] / len(mine)
-        per = per_class_accuracy([r["gold"] for r in mine], [r["prediction"] for r in mine], choices)
+        tokens = tuple(dict.fromkeys(t for k, _, asked_choices in sorted(asked) if k == kind for t in asked_choices))
+        per = per_class_accuracy([r["gold"] for r in mine], [r["prediction"] for r in mine], tokens)
         metrics[f"{kind}/macro_accuracy"] = per["macro"]
         for token, cell in per["per_class"].items():
             if cell["accuracy"] is not None:
                 metrics[f"{kind}/class/{token}"] = cell["accuracy"]
         confusion[kind] = per["confusion"]
 
-    cols = ["id", "type", "gold", "prediction", "correct", "free"]
+    cols = ["id", "type", "judgement", "gold", "prediction", "correct", "free"]
     logger_dir = finish_run(cfg, output_dir, rows=rows, metrics=metrics, run_name=f"critic-{cfg.task.dataset}",
                             job_type="evaluate-critic", lineage={"examples": len(rows), "critic": backend.model_id},
                             tables={"critic/predictions": (cols, [[r[c] for c in cols] for r in rows])},

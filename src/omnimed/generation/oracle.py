@@ -6,6 +6,7 @@ against it in the miniature setting. A task names the ids it needs::
     answer_mcq        {question_id}                       -> "<answer>B</answer>"
     answer_open       {question_id}                       -> "<answer>reference answer</answer>"
     retrieval         {question_id} or {text}             -> "[Retrieval]" | "[No Retrieval]"
+    retrieval_three_way {question_id, passage_id, answer} -> that, or "[Continue to Use Evidence]" (of one sentence)
     relevance         {question_id, passage_id}           -> "[Relevant]" | "[Irrelevant]"
     support           {question_id, passage_id, answer?}  -> "[Fully supported]" | "[Partially supported]" | ...
     utility           {question_id, answer}               -> "[Utility:1]" ... "[Utility:5]" (of the answer)
@@ -78,6 +79,11 @@ def _retrieval(b: OracleBackend, m: dict[str, Any]) -> Reply:
     if "question_id" not in m:
         raise GenerationError(f"oracle ({b.model_id}): task 'retrieval' needs meta question_id (or text)")
     return _token(b.oracle.retrieval_token(b.question(m["question_id"])))
+
+
+@register_task("retrieval_three_way", ("question_id", "passage_id", "answer"))
+def _retrieval_three_way(b: OracleBackend, m: dict[str, Any]) -> Reply:
+    return _token(b.oracle.retrieval_three_way_token(b.question(m["question_id"]), m["answer"], m["passage_id"]))
 
 
 @register_task("relevance", ("question_id", "passage_id"))

@@ -376,6 +376,14 @@ class Oracle:
     def retrieval_token(self, example: QuestionLike) -> str:
         return "[Retrieval]" if self.retrieval_needed(example) else "[No Retrieval]"
 
+    def retrieval_three_way_token(self, example: QuestionLike, sentence: str, evidence: PassageLike) -> str:
+        """RET of one output sentence given the evidence quoted so far (Self-RAG's three-way RET): no retrieval
+        for a task that needs no knowledge, continue when the evidence fully supports the sentence, else
+        retrieve."""
+        if not self.retrieval_needed(example):
+            return "[No Retrieval]"
+        return "[Continue to Use Evidence]" if self.support(example, sentence, evidence) == "full" else "[Retrieval]"
+
     def relevance_token(self, question: QuestionLike, passage: PassageLike) -> str:
         return "[Relevant]" if self.is_relevant(question, passage) else "[Irrelevant]"
 

@@ -3,8 +3,16 @@ types, giving the critic LM's training and dev data (self-biorag.txt section 3.3
 
 For each sampled example (instruction x, output y) the teacher rates
 
-- RET on x; USE on (x, y);
-- REL on (x, e) and SUP on (x, e, y) for each of the ``evidence_k`` passages the knowledge base returns for x.
+- RET on x (two-way: does the task need knowledge at all); USE on (x, y);
+- REL on (x, e) and SUP on (x, e, y) for each of the ``evidence_k`` passages the knowledge base returns for x;
+- with ``retrieval_task: three_way`` (the paper's and the reference's, the default) also the three-way RET of each
+  sentence of y, given x, the top passage and the sentences before it: retrieve, no retrieval, or continue to use
+  the evidence. ``instruction_only`` keeps our earlier two-way-only data (a critic that never says continue, for
+  generator data of one segment per example).
+
+The teacher sees worked examples before each triple (``teacher_few_shot``, the paper's few-shot prompts). Teachers
+call most passages relevant; the reference keeps about 70% of the ``[Relevant]`` ratings (``relevant_keep``), a
+deterministic draw per judgement whose drops the manifest counts (``balanced_out/relevance``).
 
 A fraction of the examples (``mismatched_fraction``) is judged with the output of another, randomly chosen
 example: real instruction outputs vary in quality, the world's do not, and without such outputs a critic would
@@ -27,7 +35,8 @@ from omnimed.data.artifacts import MAX_FAILED_SHARE, Failed, StageResult, descri
 from omnimed.data.records import InstructionExample, Passage
 from omnimed.generation.types import Request, SamplingParams
 from omnimed.methods.selfbiorag import prompts
-from omnimed.methods.selfbiorag.instructions import in_subset, load_instructions, split_of, stage_inputs
+from omnimed.methods.selfbiorag.instructions import draw, in_subset, load_instructions, split_of, stage_inputs
+from omnimed.methods.selfbiorag.sentences import split_sentences
 from omnimed.methods.selfbiorag.tokens import CONTRACT_VERSION, CRITIC_CHOICES
 from omnimed.models.layout import user_text
 
@@ -38,8 +47,10 @@ STAGE = "selfbiorag_critic_data"
 class CriticDataConfig:
     """``instructions``: ``world`` or a records path; ``subset``: all | domain | general (see
     :func:`~omnimed.methods.selfbiorag.instructions.in_subset`); ``n_examples``: how many examples are sampled
-    (the paper: 5,000); ``evidence_k``: passages judged per example for REL and SUP; ``out``: a fixed output
-    folder (default ``builds/selfbiorag_critic_data/<settings key>``)."""
+    (the paper: 5,000); ``evidence_k``: passages judged per example for REL and SUP; ``retrieval_task``:
+    three_way | instruction_only; ``relevant_keep``: share of ``[Relevant]`` ratings kept (1.0 keeps all);
+    ``teacher_few_shot``: worked examples in the teacher prompt; ``out``: a fixed output folder (default
+    ``builds/selfbiorag_critic_data/<settings key>``)."""
 
     name: str = STAGE
     instructions: str = "world"
@@ -49,6 +60,9 @@ class CriticDataConfig:
     evidence_k: int = 2
     sources: Optional[list[str]] = None
     retriever: Optional[str] = None
+    retrieval_task: str = "three_way"
+    relevant_keep: float = 0.7
+    teacher_few_shot: bool = True
     mismatched_fraction: float = 0.25
     dev_fraction: float = 0.2
     seed: int = 0
@@ -67,18 +81,22 @@ def last_choice(text: str, kind: str) -> str | None:
     return best
 
 
-def _judgements(ex: InstructionExample, output: str, evidence: list[Passage]) -> list[dict[str, Any]]:
-    """The (kind, output, passage) triples the teacher rates for one example."""
+def _judgements(ex: InstructionExample, output: str, evidence: list[Passage], three_way: bool) -> list[dict[str, Any]]:
+    """The judgements the teacher makes for one example: kind, task, output, passage and preceding sentences."""
     task = user_text(ex.instruction, ex.input)
     items = [{"kind": "retrieval", "task": task, "output": None, "passage": None},
              {"kind": "utility", "task": task, "output": output, "passage": None}]
     for p in evidence:
         items.append({"kind": "relevance", "task": task, "output": None, "passage": p})
         items.append({"kind": "support", "task": task, "output": output, "passage": p})
+    if three_way and evidence:
+        sentences = split_sentences(output)
+        items += [{"kind": "retrieval_three_way", "task": task, "output": sentence, "passage": evidence[0],
+                   "preceding": " ".join(sentences[:i]) or None} for i, sentence in enumerate(sentences)]
     return items
 
 
-def _teacher_request(ex: InstructionExample, item: dict[str, Any]) -> Request:
+def _teacher_request(ex: InstructionExample, item: dict[str, Any], few_shot: bool) -> Request:
     p: Passage | None = item["passage"]
     evidence = prompts.evidence_text(p) if p is not None else None
     meta: dict[str, Any] = {"task": item["kind"], "question_id": ex.id}
@@ -86,7 +104,8 @@ def _teacher_request(ex: InstructionExample, item: dict[str, Any]) -> Request:
         meta["passage_id"] = prompts.passage_ref(p)
     if item["output"] is not None:
         meta["answer"] = item["output"]
-    return Request(prompts.teacher_messages(item["kind"], item["task"], item["output"], evidence), meta)
+    return Request(prompts.teacher_messages(item["kind"], item["task"], item["output"], evidence,
+                                            item.get("preceding"), few_shot=few_shot), meta)
 
 
 def build_critic_data(cfg: CriticDataConfig, *, teacher, kb, knowledge=None, root: str = ".",
@@ -101,6 +120,10 @@ def build_critic_data(cfg: CriticDataConfig, *, teacher, kb, knowledge=None, roo
         return StageResult(stage.path, counts, True)
     if cfg.evidence_k and kb is None:
         raise ValueError(f"{STAGE}: evidence_k={cfg.evidence_k} needs a knowledge base")
+    if cfg.retrieval_task not in ("three_way", "instruction_only"):
+        raise ValueError(f"{STAGE}: retrieval_task={cfg.retrieval_task!r}; expected three_way or instruction_only")
+    if not 0.0 <= cfg.relevant_keep <= 1.0:
+        raise ValueError(f"{STAGE}: relevant_keep={cfg.relevant_keep}; expected a share in [0, 1]")
 
     pool = [e for e in load_instructions(cfg.instructions, knowledge=knowledge, splits=tuple(cfg.splits))
             if in_subset(e, cfg.subset)]
@@ -125,8 +148,8 @@ def build_critic_data(cfg: CriticDataConfig, *, teacher, kb, knowledge=None, roo
         plans = []
         for ex, ev in zip(batch, evidence):
             output = donors[ex.id] if swap[ex.id] else ex.output
-            plans.append((ex, _judgements(ex, output, ev)))
-        requests = [_teacher_request(ex, item) for ex, items in plans for item in items]
+            plans.append((ex, _judgements(ex, output, ev, cfg.retrieval_task == "three_way")))
+        requests = [_teacher_request(ex, item, cfg.teacher_few_shot) for ex, items in plans for item in items]
         replies = iter(teacher.generate(requests, params))
         results: list[dict[str, Any] | Failed] = []
         for ex, items in plans:
@@ -136,23 +159,31 @@ def build_critic_data(cfg: CriticDataConfig, *, teacher, kb, knowledge=None, roo
                 results.append(Failed(ex.id, error))
                 continue
             split = split_of(ex.id, cfg.dev_fraction, cfg.seed)
-            made, dropped = [], {}
+            made, dropped, balanced = [], {}, 0
             for j, (item, reply) in enumerate(zip(items, got)):
-                token = last_choice(reply.text, item["kind"])
+                kind = item["kind"]
+                token = last_choice(reply.text, kind)
                 if token is None:  # the paper's "dropped": an answer without a valid token of the asked type
-                    dropped[item["kind"]] = dropped.get(item["kind"], 0) + 1
+                    dropped[kind] = dropped.get(kind, 0) + 1
+                    continue
+                record_id = f"{ex.id}:{kind}:{j}"
+                if token == "[Relevant]" and draw(f"{cfg.seed}:{record_id}") >= cfg.relevant_keep:
+                    balanced += 1
                     continue
                 p = item["passage"]
                 made.append(InstructionExample(
-                    id=f"{ex.id}:{item['kind']}:{j}",
-                    instruction=prompts.critic_instruction(item["kind"], item["task"], item["output"],
-                                                           prompts.evidence_text(p) if p is not None else None),
+                    id=record_id,
+                    instruction=prompts.critic_instruction(kind, item["task"], item["output"],
+                                                           prompts.evidence_text(p) if p is not None else None,
+                                                           item.get("preceding")),
                     output=token,
                     dataset="selfbiorag-critic",
-                    metadata={"type": item["kind"], "split": split, "source_id": ex.id,
+                    # the three-way RET is a retrieval label (Table 9's column) with its own question and choices
+                    metadata={"type": "retrieval" if kind == "retrieval_three_way" else kind, "judgement": kind,
+                              "choices": list(CRITIC_CHOICES[kind]), "split": split, "source_id": ex.id,
                               "passage_id": p.id if p is not None else None, "mismatched": swap[ex.id]},
                 ).to_dict())
-            results.append({"id": ex.id, "examples": made, "dropped": dropped})
+            results.append({"id": ex.id, "examples": made, "dropped": dropped, "balanced": balanced})
         return results
 
     failed = stage.process(todo, label, total=len(sample), backend=describe_backend(teacher), max_failed=max_failed,
@@ -165,6 +196,9 @@ def build_critic_data(cfg: CriticDataConfig, *, teacher, kb, knowledge=None, roo
         for kind, n in done[ex.id]["dropped"].items():
             dropped[kind] = dropped.get(kind, 0) + n
     counts = _counts(records, dropped, len(failed))
+    balanced = sum(done[ex.id].get("balanced", 0) for ex in answered)
+    if balanced:
+        counts["balanced_out/relevance"] = balanced
     stage.finish(records, failed=failed, selfbiorag={"contract": CONTRACT_VERSION, "prompts": prompts.PROMPT_VERSION},
                  critic_counts=counts)
     log(f"{STAGE}: {counts['train']} train / {counts['dev']} dev critic examples in {stage.path} "
@@ -183,6 +217,6 @@ def _counts(records: list[InstructionExample], dropped: dict[str, int], failed: 
         counts["failed"] = failed
     for r in records:
         counts[r.metadata["split"]] += 1
-        key = f"{r.metadata['type']}/{r.output}"
+        key = f"{r.metadata.get('judgement', r.metadata['type'])}/{r.output}"
         counts[key] = counts.get(key, 0) + 1
     return counts

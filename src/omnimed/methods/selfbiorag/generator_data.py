@@ -1,21 +1,30 @@
 """Stage ``selfbiorag_generator_data``: the trained critic annotates instruction examples with reflective tokens,
 giving the generator's training data (self-biorag.txt section 3.4; the paper kept 84k of 120k examples).
 
-For each example (instruction x, output y):
+For each example (instruction x, output y), with ``segmentation: sentence`` (the paper's and the reference's):
 
-1. the critic predicts RET on x;
-2. when it says ``[Retrieval]``, the knowledge base returns the top ``top_k`` passages for x and the critic judges
-   REL (x, e) and SUP (x, e, y) for each; the passage it rates best (relevant before irrelevant, then fully before
-   partially supported, then retrieval rank) is the one quoted;
-3. the critic predicts USE on (x, y);
-4. the output is rewritten in Self-RAG's layout (:func:`~omnimed.methods.selfbiorag.tokens.format_output`).
+1. the critic predicts RET on x and USE on (x, y);
+2. ``[No Retrieval]``: y stays one segment; such examples are kept with probability ``no_retrieval_keep`` (the
+   reference keeps 40%), a deterministic draw per example id;
+3. ``[Retrieval]``: y is split into sentences. The first is retrieved for; each later one gets the critic's
+   three-way RET (given x, the sentences before it and the evidence quoted last): ``[Continue to Use Evidence]``
+   and ``[No Retrieval]`` prefix the sentence, ``[Retrieval]`` retrieves again. Retrieving returns ``top_k``
+   passages for x (and the sentences before), the critic judges REL (x, e) and SUP (x, e, sentence) for each, and
+   the passage it rates best (relevant before irrelevant, then fully before partially supported, then retrieval
+   rank) is quoted; the reference picks among the best at random, we keep the deterministic order;
+4. the target is written sentence by sentence, USE at the end
+   (:func:`~omnimed.methods.selfbiorag.tokens.format_sentences`).
 
-The critic writes its tokens freely (greedy, a few tokens); an example where any prediction is not one of the
-defined tokens of its type is dropped, and the drops are counted by type, as the paper filters mispredictions
-such as ``[Continue Generation]``. An example whose critic calls failed (connection, timeout, server error) is
-not dropped: nothing is recorded for it and the next run asks again.
+``segmentation: example`` keeps our earlier layout (y as one segment, SUP on the whole output, no
+``[Continue to Use Evidence]``), which matches a critic trained with ``retrieval_task: instruction_only``.
+
+The critic writes its tokens freely (greedy, a few tokens). A prediction that is not one of the defined tokens of
+its type (the paper filters mispredictions such as ``[Continue Generation]``) costs, with ``invalid: passage``
+(the reference's), only that passage: a sentence left with no validly judged passage, an invalid RET or USE drop
+the example; ``invalid: example`` drops the example for any invalid token, as our earlier stage did. Drops are
+counted by reason. An example whose critic calls failed (connection, timeout, server error) is not dropped:
+nothing is recorded for it and the next run asks again.
 """
-
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -26,13 +35,17 @@ from omnimed.data.artifacts import MAX_FAILED_SHARE, Failed, StageResult, descri
 from omnimed.data.records import InstructionExample, Passage, ReflectiveLabels
 from omnimed.generation.types import Request, SamplingParams
 from omnimed.methods.selfbiorag import prompts
-from omnimed.methods.selfbiorag.instructions import in_subset, load_instructions, stage_inputs
+from omnimed.methods.selfbiorag.instructions import draw, in_subset, load_instructions, stage_inputs
+from omnimed.methods.selfbiorag.sentences import split_sentences
 from omnimed.methods.selfbiorag.tokens import (
+    CONTINUE,
     CONTRACT_VERSION,
+    NO_RETRIEVE,
     RELEVANT,
     RETRIEVE,
     SUPPORT_CREDIT,
-    format_output,
+    Sentence,
+    format_sentences,
     read_choice,
 )
 from omnimed.models.layout import request_prompt, user_text
@@ -44,7 +57,9 @@ STAGE = "selfbiorag_generator_data"
 class GeneratorDataConfig:
     """``instructions``: ``world`` or a records path; ``subset``: all | domain | general; ``top_k``: passages the
     critic judges for an example it sends to retrieval; ``sources`` / ``retriever``: where and how they are
-    searched (None: every text source, the knowledge base's default method)."""
+    searched (None: every text source, the knowledge base's default method); ``segmentation``: sentence |
+    example; ``no_retrieval_keep``: share of ``[No Retrieval]`` examples kept; ``invalid``: passage | example
+    (what an invalid critic token costs)."""
 
     name: str = STAGE
     instructions: str = "world"
@@ -54,15 +69,20 @@ class GeneratorDataConfig:
     top_k: int = 3
     sources: Optional[list[str]] = None
     retriever: Optional[str] = None
+    segmentation: str = "sentence"
+    no_retrieval_keep: float = 0.4
+    invalid: str = "passage"
     critic_max_new_tokens: int = 4
     batch_size: int = 32
     out: Optional[str] = None
 
 
 def critic_request(kind: str, ex: InstructionExample, output: str | None = None,
-                   passage: Passage | None = None, prompt_layout: str = "chat") -> Request:
-    """The critic's question about one example, in the critic model's ``prompt_layout``, with the ids an oracle
-    critic answers from."""
+                   passage: Passage | None = None, prompt_layout: str = "chat",
+                   preceding: str | None = None) -> Request:
+    """The critic's question about one example (``output``: the response or the sentence judged; ``preceding``:
+    the sentences before it), in the critic model's ``prompt_layout``, with the ids an oracle critic answers
+    from."""
     task = user_text(ex.instruction, ex.input)
     evidence = prompts.evidence_text(passage) if passage is not None else None
     meta: dict[str, Any] = {"task": kind, "question_id": ex.id}
@@ -70,7 +90,7 @@ def critic_request(kind: str, ex: InstructionExample, output: str | None = None,
         meta["passage_id"] = prompts.passage_ref(passage)
     if output is not None:
         meta["answer"] = output
-    content = prompts.critic_instruction(kind, task, output, evidence)
+    content = prompts.critic_instruction(kind, task, output, evidence, preceding)
     return Request(request_prompt(content, "", prompt_layout), meta)
 
 
@@ -92,6 +112,12 @@ def build_generator_data(cfg: GeneratorDataConfig, *, critic, kb, knowledge=None
         log(f"{STAGE}: already built in {stage.path} ({counts['kept']} of {counts['examples']} examples kept); nothing to do")
         return StageResult(stage.path, counts, True)
 
+    if cfg.segmentation not in ("sentence", "example"):
+        raise ValueError(f"{STAGE}: segmentation={cfg.segmentation!r}; expected sentence or example")
+    if cfg.invalid not in ("passage", "example"):
+        raise ValueError(f"{STAGE}: invalid={cfg.invalid!r}; expected passage or example")
+    if not 0.0 <= cfg.no_retrieval_keep <= 1.0:
+        raise ValueError(f"{STAGE}: no_retrieval_keep={cfg.no_retrieval_keep}; expected a share in [0, 1]")
     pool = [e for e in load_instructions(cfg.instructions, knowledge=knowledge, splits=tuple(cfg.splits))
             if in_subset(e, cfg.subset)]
     if cfg.max_examples:
@@ -103,6 +129,7 @@ def build_generator_data(cfg: GeneratorDataConfig, *, critic, kb, knowledge=None
 
     params = SamplingParams(max_new_tokens=cfg.critic_max_new_tokens)
     ask_critic = partial(critic_request, prompt_layout=prompt_layout)  # in the critic model's layout
+    per_sentence = cfg.segmentation == "sentence"
 
     def ask(requests: list[Request], kinds: list[str]) -> list[tuple[str | None, str | None]]:
         """(token or None, error or None) per request."""
@@ -111,64 +138,92 @@ def build_generator_data(cfg: GeneratorDataConfig, *, critic, kb, knowledge=None
                 for r, k in zip(replies, kinds)]
 
     def annotate(batch: list[InstructionExample]) -> list[dict[str, Any] | Failed]:
-        first = ask([ask_critic("retrieval", ex) for ex in batch]
-                    + [ask_critic("utility", ex, ex.output) for ex in batch],
-                    ["retrieval"] * len(batch) + ["utility"] * len(batch))
         errors: dict[int, str] = {}
-        for i, (_, err) in enumerate(first):
-            if err is not None:
-                errors.setdefault(i % len(batch), err)
-        ret = [tok for tok, _ in first[: len(batch)]]
-        use = [tok for tok, _ in first[len(batch):]]
-        retrieving = [i for i, r in enumerate(ret) if r == RETRIEVE]
-        evidence = (kb.search_sources([user_text(batch[i].instruction, batch[i].input)
-                                       for i in retrieving], cfg.top_k, sources=cfg.sources, method=cfg.retriever)
-                    if retrieving else [])
-        requests, kinds, owners = [], [], []
-        for i, passages in zip(retrieving, evidence):
-            for p in passages:
-                requests += [ask_critic("relevance", batch[i], passage=p),
-                             ask_critic("support", batch[i], batch[i].output, p)]
-                kinds += ["relevance", "support"]
-                owners += [i, i]
-        answers = ask(requests, kinds)
-        for i, (_, err) in zip(owners, answers):
-            if err is not None:
-                errors.setdefault(i, err)
-        tokens = iter(tok for tok, _ in answers)
-        judged: dict[int, list[tuple[Passage, str | None, str | None]]] = {}
-        for i, passages in zip(retrieving, evidence):
-            judged[i] = [(p, next(tokens), next(tokens)) for p in passages]
+        bad: dict[int, list[str]] = {i: [] for i in range(len(batch))}
+
+        def asked(requests: list[Request], kinds: list[str], owners: list[int]) -> list[str | None]:
+            answers = ask(requests, kinds)
+            for i, (_, err) in zip(owners, answers):
+                if err is not None:
+                    errors.setdefault(i, err)
+            return [tok for tok, _ in answers]
+
+        n = len(batch)
+        first = asked([ask_critic("retrieval", ex) for ex in batch]
+                      + [ask_critic("utility", ex, ex.output) for ex in batch],
+                      ["retrieval"] * n + ["utility"] * n, [*range(n), *range(n)])
+        ret, use = first[:n], first[n:]
+        for i in range(n):
+            bad[i] += [kind for kind, tok in (("retrieval", ret[i]), ("utility", use[i])) if tok is None]
+        # the text segments of each example that retrieves, and what it has written so far
+        texts = {i: split_sentences(ex.output) if per_sentence else [ex.output]
+                 for i, ex in enumerate(batch) if ret[i] == RETRIEVE and not bad[i]}
+        written: dict[int, list[Sentence]] = {i: [] for i in texts}
+        quoted: dict[int, Passage] = {}  # the passage quoted last, which a later sentence may continue to use
+        quotes: dict[int, list[str]] = {}
+        for k in range(max((len(t) for t in texts.values()), default=0)):
+            active = [i for i in texts if k < len(texts[i]) and not bad[i] and i not in errors]
+            preceding = {i: " ".join(texts[i][:k]) or None for i in active}
+            decision = {i: RETRIEVE for i in active}
+            later = [i for i in active if k > 0]
+            for i, tok in zip(later, asked(
+                    [ask_critic("retrieval_three_way", batch[i], texts[i][k], quoted[i], preceding=preceding[i])
+                     for i in later], ["retrieval_three_way"] * len(later), later)):
+                if tok is None:
+                    bad[i].append("retrieval_three_way")
+                decision[i] = tok
+            fetch = [i for i in active if decision[i] == RETRIEVE and i not in errors]
+            evidence = (kb.search_sources([" ".join(filter(None, [user_text(batch[i].instruction, batch[i].input),
+                                                                  preceding[i]])) for i in fetch],
+                                          cfg.top_k, sources=cfg.sources, method=cfg.retriever) if fetch else [])
+            requests, kinds, owners = [], [], []
+            for i, passages in zip(fetch, evidence):
+                for p in passages:
+                    requests += [ask_critic("relevance", batch[i], passage=p),
+                                 ask_critic("support", batch[i], texts[i][k], p, preceding=preceding[i])]
+                    kinds += ["relevance", "support"]
+                    owners += [i, i]
+            tokens = iter(asked(requests, kinds, owners))
+            for i, passages in zip(fetch, evidence):
+                judged = [(p, next(tokens), next(tokens)) for p in passages]
+                valid = [(p, rel, sup) for p, rel, sup in judged if rel is not None and sup is not None]
+                if len(valid) < len(judged):
+                    invalid = sorted({kind for _, rel, sup in judged for kind, tok in
+                                      (("relevance", rel), ("support", sup)) if tok is None})
+                    if cfg.invalid == "example":
+                        bad[i] += invalid
+                        continue
+                if not valid:
+                    bad[i].append("no validly judged evidence" if judged else "no evidence retrieved")
+                    continue
+                passage, rel, sup = _best(valid)
+                quoted[i] = passage
+                quotes.setdefault(i, []).append(passage.id)
+                written[i].append(Sentence(texts[i][k], RETRIEVE, prompts.evidence_text(passage), rel, sup))
+            for i in active:
+                if decision[i] in (CONTINUE, NO_RETRIEVE):
+                    written[i].append(Sentence(texts[i][k], decision[i]))
 
         results: list[dict[str, Any] | Failed] = []
         for i, ex in enumerate(batch):
             if i in errors:
                 results.append(Failed(ex.id, errors[i]))
-                continue
-            bad = [kind for kind, tok in (("retrieval", ret[i]), ("utility", use[i])) if tok is None]
-            bad += sorted({kind for _, rel, sup in judged.get(i, []) for kind, tok in
-                           (("relevance", rel), ("support", sup)) if tok is None})
-            if i in judged and not judged[i]:
-                bad.append("no evidence retrieved")
-            if bad:
-                results.append({"id": ex.id, "dropped": bad})
-                continue
-            labels = ReflectiveLabels(retrieval=ret[i], utility=use[i])
-            if i in judged:
-                passage, rel, sup = _best(judged[i])  # type: ignore[arg-type]
-                labels.relevance, labels.support = rel, sup if rel == RELEVANT else None
-                output = format_output(ex.output, retrieval=RETRIEVE, utility=use[i],
-                                       evidence=prompts.evidence_text(passage), relevance=rel, support=sup)
-                meta_extra = {"evidence_id": passage.id}
+            elif bad[i]:
+                results.append({"id": ex.id, "dropped": sorted(set(bad[i]))})
+            elif i not in texts and draw(f"no_retrieval:{ex.id}") >= cfg.no_retrieval_keep:
+                results.append({"id": ex.id, "balanced_out": True})
             else:
-                output = format_output(ex.output, retrieval=ret[i], utility=use[i])
-                meta_extra = {}
-            record = InstructionExample(
-                id=ex.id, instruction=ex.instruction, input=ex.input, output=output, labels=labels,
-                dataset="selfbiorag-generator",
-                metadata={"split": ex.metadata.get("split"), "source_dataset": ex.dataset, **meta_extra},
-            )
-            results.append({"id": ex.id, "record": record.to_dict()})
+                sentences = written.get(i) or [Sentence(ex.output, ret[i])]
+                top = sentences[0]
+                labels = ReflectiveLabels(retrieval=ret[i], utility=use[i], relevance=top.relevance,
+                                          support=top.support if top.relevance == RELEVANT else None)
+                record = InstructionExample(
+                    id=ex.id, instruction=ex.instruction, input=ex.input, output=format_sentences(sentences, use[i]),
+                    labels=labels, dataset="selfbiorag-generator",
+                    metadata={"split": ex.metadata.get("split"), "source_dataset": ex.dataset,
+                              "sentences": len(sentences), "evidence_ids": quotes.get(i, [])},
+                )
+                results.append({"id": ex.id, "record": record.to_dict()})
         return results
 
     failed = stage.process(todo, annotate, total=len(pool), backend=describe_backend(critic), max_failed=max_failed,
@@ -180,15 +235,19 @@ def build_generator_data(cfg: GeneratorDataConfig, *, critic, kb, knowledge=None
     for ex in answered:
         for reason in done[ex.id].get("dropped", []):
             dropped[reason] = dropped.get(reason, 0) + 1
-    counts = {"kept": len(records), "dropped": len(answered) - len(records), "examples": len(pool),
+    balanced = sum(bool(done[ex.id].get("balanced_out")) for ex in answered)
+    counts = {"kept": len(records), "dropped": len(answered) - len(records) - balanced, "examples": len(pool),
               "retrieval": sum(r.labels.retrieval == RETRIEVE for r in records),
+              "continue": sum(CONTINUE in r.output for r in records),
+              **({"balanced_out/no_retrieval": balanced} if balanced else {}),
               **({"failed": len(failed)} if failed else {}),
               **{f"dropped/{k}": v for k, v in sorted(dropped.items())}}
     stage.finish(records, failed=failed, selfbiorag={"contract": CONTRACT_VERSION, "prompts": prompts.PROMPT_VERSION},
                  generator_counts=counts)
     log(f"{STAGE}: kept {counts['kept']} of {counts['examples']} examples ({counts['dropped']} dropped: "
         + (", ".join(f"{k} {v}" for k, v in sorted(dropped.items())) or "none")
-        + f"; {counts['retrieval']} with evidence"
+        + f"; {balanced} [No Retrieval] examples left out by no_retrieval_keep={cfg.no_retrieval_keep}"
+        + f"; {counts['retrieval']} with evidence, {counts['continue']} with [Continue to Use Evidence]"
         + (f"; {len(failed)} whose critic calls failed are asked again by the next run" if failed else "")
         + f") in {stage.path}")
     return StageResult(stage.path, counts, False)

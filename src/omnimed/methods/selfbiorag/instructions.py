@@ -69,7 +69,12 @@ def in_subset(example: InstructionExample, subset: str) -> bool:
     return bool(needs) == (subset == "domain")
 
 
+def draw(key: str) -> float:
+    """A number in [0, 1) fixed by ``key``: the data stages' random choices (splits, down-sampling) come out the
+    same in every run and do not depend on which other examples were drawn."""
+    return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) / 2**32
+
+
 def split_of(example_id: str, dev_fraction: float, seed: int = 0) -> str:
     """``train`` or ``dev`` for an example, stable across runs and independent of the sample it was drawn in."""
-    h = int(hashlib.sha256(f"{seed}:{example_id}".encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
-    return "dev" if h < dev_fraction else "train"
+    return "dev" if draw(f"{seed}:{example_id}") < dev_fraction else "train"

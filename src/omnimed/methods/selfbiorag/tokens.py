@@ -12,6 +12,11 @@ The generator's output layout (the format Self-RAG trains on, Appendix 8 / Table
     [Retrieval]<paragraph>EVIDENCE</paragraph>[Relevant]OUTPUT[Fully supported][Utility:u]
     [Retrieval]<paragraph>EVIDENCE</paragraph>[Irrelevant]OUTPUT[Utility:u]
 
+An output written sentence by sentence (the paper's generator data, Appendix 8) repeats the part before USE once per
+sentence, and a sentence that the evidence quoted before it already covers opens with ``[Continue to Use Evidence]``::
+
+    [Retrieval]<paragraph>E1</paragraph>[Relevant]S1[Fully supported][Continue to Use Evidence]S2[Retrieval]...[Utility:u]
+
 Bump :data:`CONTRACT_VERSION` whenever a token or the layout changes: it is recorded in every build manifest, so a
 generator trained on one layout is never silently fed data of another.
 """
@@ -24,7 +29,7 @@ from dataclasses import dataclass
 
 from omnimed.data.records import RELEVANCE_LABELS, RETRIEVAL_LABELS, SUPPORT_LABELS, UTILITY_LABELS
 
-CONTRACT_VERSION = "selfbiorag-tokens-v1"
+CONTRACT_VERSION = "selfbiorag-tokens-v2"
 
 RETRIEVE, NO_RETRIEVE, CONTINUE = RETRIEVAL_LABELS
 RELEVANT, IRRELEVANT = RELEVANCE_LABELS
@@ -38,9 +43,12 @@ TYPES: dict[str, tuple[str, ...]] = {
     "support": SUPPORT_LABELS,
     "utility": UTILITY_LABELS,
 }
-#: the tokens a critic chooses among for each type (RET's "continue" only exists inside a multi-segment output)
+#: the tokens a critic chooses among for each judgement: RET on the instruction alone is two-way (nothing has been
+#: quoted yet); RET on one output sentence with the evidence quoted so far (``retrieval_three_way``, Table 12) may
+#: also say that evidence still covers it
 CRITIC_CHOICES: dict[str, tuple[str, ...]] = {
     "retrieval": (RETRIEVE, NO_RETRIEVE),
+    "retrieval_three_way": RETRIEVAL_LABELS,
     "relevance": RELEVANCE_LABELS,
     "support": SUPPORT_LABELS,
     "utility": UTILITY_LABELS,
@@ -62,9 +70,9 @@ def token_type(token: str) -> str | None:
 
 
 def read_choice(text: str, kind: str) -> str | None:
-    """The token of type ``kind`` a critic wrote: the first special token of ``text`` if it is one of that type's
-    choices, else None (a prediction outside the defined tokens, which the paper filters out). Whitespace before it
-    is allowed; any other text before it is not."""
+    """The token a critic wrote for judgement ``kind`` (a key of :data:`CRITIC_CHOICES`): the first special token
+    of ``text`` if it is one of that judgement's choices, else None (a prediction outside the defined tokens, which
+    the paper filters out). Whitespace before it is allowed; any other text before it is not."""
     stripped = text.lstrip()
     match = _ANY.match(stripped)
     if match is None:
@@ -115,21 +123,48 @@ class Segment:
     answer: str
 
 
+@dataclass(frozen=True)
+class Sentence:
+    """One sentence of a generator target with the reflective tokens before and after it: its RET decision, and
+    after ``[Retrieval]`` the evidence quoted, its REL and (for relevant evidence) its SUP."""
+
+    text: str
+    retrieval: str
+    evidence: str | None = None
+    relevance: str | None = None
+    support: str | None = None
+
+    def render(self) -> str:
+        if self.retrieval == RETRIEVE:
+            if self.evidence is None or self.relevance is None:
+                raise ValueError("a [Retrieval] sentence needs its evidence and a relevance token")
+            judged = self.support if self.relevance == RELEVANT else None
+            if self.relevance == RELEVANT and judged is None:
+                raise ValueError("evidence judged [Relevant] needs a support token")
+            return f"{RETRIEVE}{PARAGRAPH_OPEN}{self.evidence}{PARAGRAPH_CLOSE}{self.relevance}{self.text}{judged or ''}"
+        if self.retrieval not in (NO_RETRIEVE, CONTINUE):
+            raise ValueError(f"retrieval token must be one of {', '.join(RETRIEVAL_LABELS)}, got {self.retrieval!r}")
+        return f"{self.retrieval}{self.text}"
+
+
+def format_sentences(sentences: list[Sentence], utility: str) -> str:
+    """A generator target written sentence by sentence, USE once at the end (the paper's Appendix 8 layout).
+    ``[Continue to Use Evidence]`` is only valid after evidence was quoted."""
+    quoted = False
+    for s in sentences:
+        if s.retrieval == CONTINUE and not quoted:
+            raise ValueError(f"{CONTINUE} before any evidence was quoted")
+        quoted = quoted or s.retrieval == RETRIEVE
+    return "".join(s.render() for s in sentences) + utility
+
+
 def format_output(output: str, *, retrieval: str, utility: str, evidence: str | None = None,
                   relevance: str | None = None, support: str | None = None) -> str:
-    """The generator's training target in Self-RAG's layout (see the module docstring). SUP is written only after
+    """The generator's training target as one segment (see the module docstring). SUP is written only after
     evidence judged relevant, as Self-RAG does."""
-    if retrieval == RETRIEVE:
-        if evidence is None or relevance is None:
-            raise ValueError("a [Retrieval] output needs its evidence and a relevance token")
-        judged = support if relevance == RELEVANT else None
-        if relevance == RELEVANT and judged is None:
-            raise ValueError("evidence judged [Relevant] needs a support token")
-        return (f"{RETRIEVE}{PARAGRAPH_OPEN}{evidence}{PARAGRAPH_CLOSE}{relevance}{output}"
-                f"{judged or ''}{utility}")
-    if retrieval != NO_RETRIEVE:
-        raise ValueError(f"retrieval token must be {RETRIEVE} or {NO_RETRIEVE}, got {retrieval!r}")
-    return f"{NO_RETRIEVE}{output}{utility}"
+    if retrieval == CONTINUE:
+        raise ValueError(f"a one-segment output cannot open with {CONTINUE}")
+    return format_sentences([Sentence(output, retrieval, evidence, relevance, support)], utility)
 
 
 def parse_output(text: str) -> Segment:

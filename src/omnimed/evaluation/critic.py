@@ -89,12 +89,13 @@ def run_critic_evaluation(cfg, output_dir) -> CriticResult:
         meta = {"task": judgement(e), "question_id": e.metadata.get("source_id", e.id)}
         return Request(request_prompt(e.instruction, e.input, cfg.model.prompt_layout), meta)
 
+    # examples asked alike: (type, judgement, choices) -> examples
+    asked: dict[tuple[str, str, tuple[str, ...]], list[InstructionExample]] = {}
+    for e in examples:
+        kind = e.metadata["type"]
+        asked.setdefault((kind, judgement(e), tuple(e.metadata.get("choices") or choices_of[kind])), []).append(e)
     rows: list[dict[str, Any]] = []
-    asked = {(e.metadata["type"], judgement(e), tuple(e.metadata.get("choices") or choices_of[e.metadata["type"]]))
-             for e in examples}
-    for kind, judged, choices in sorted(asked):
-        items = [e for e in examples if e.metadata["type"] == kind and judgement(e) == judged
-                 and tuple(e.metadata.get("choices") or choices_of[kind]) == choices]
+    for (kind, judged, choices), items in sorted(asked.items(), key=lambda group: group[0]):
         reqs = [request(e) for e in items]
         scored = backend.next_token_logprobs(reqs, list(choices))
         free = backend.generate(reqs, SamplingParams(max_new_tokens=cfg.task.free_tokens))

@@ -37,7 +37,7 @@ from omnimed.generation.types import Request, SamplingParams
 from omnimed.methods.selfbiorag import prompts
 from omnimed.methods.selfbiorag.instructions import draw, in_subset, load_instructions, split_of, stage_inputs
 from omnimed.methods.selfbiorag.sentences import split_sentences
-from omnimed.methods.selfbiorag.tokens import CONTRACT_VERSION, CRITIC_CHOICES
+from omnimed.methods.selfbiorag.tokens import CONTRACT_VERSION, CRITIC_CHOICES, RELEVANT
 from omnimed.models.layout import user_text
 
 STAGE = "selfbiorag_critic_data"
@@ -167,7 +167,7 @@ def build_critic_data(cfg: CriticDataConfig, *, teacher, kb, knowledge=None, roo
                     dropped[kind] = dropped.get(kind, 0) + 1
                     continue
                 record_id = f"{ex.id}:{kind}:{j}"
-                if token == "[Relevant]" and draw(f"{cfg.seed}:{record_id}") >= cfg.relevant_keep:
+                if token == RELEVANT and draw(f"{cfg.seed}:{record_id}") >= cfg.relevant_keep:
                     balanced += 1
                     continue
                 p = item["passage"]

@@ -131,22 +131,18 @@ def build_generator_data(cfg: GeneratorDataConfig, *, critic, kb, knowledge=None
     ask_critic = partial(critic_request, prompt_layout=prompt_layout)  # in the critic model's layout
     per_sentence = cfg.segmentation == "sentence"
 
-    def ask(requests: list[Request], kinds: list[str]) -> list[tuple[str | None, str | None]]:
-        """(token or None, error or None) per request."""
-        replies = critic.generate(requests, params) if requests else []
-        return [(None, r[0].error) if r[0].error is not None else (read_choice(r[0].text, k), None)
-                for r, k in zip(replies, kinds)]
-
     def annotate(batch: list[InstructionExample]) -> list[dict[str, Any] | Failed]:
         errors: dict[int, str] = {}
         bad: dict[int, list[str]] = {i: [] for i in range(len(batch))}
 
         def asked(requests: list[Request], kinds: list[str], owners: list[int]) -> list[str | None]:
-            answers = ask(requests, kinds)
-            for i, (_, err) in zip(owners, answers):
-                if err is not None:
-                    errors.setdefault(i, err)
-            return [tok for tok, _ in answers]
+            """The critic's token per request (None: not one of its judgement's tokens, or the call failed, in
+            which case the owning example's first error is recorded)."""
+            replies = critic.generate(requests, params) if requests else []
+            for i, r in zip(owners, replies):
+                if r[0].error is not None:
+                    errors.setdefault(i, r[0].error)
+            return [None if r[0].error is not None else read_choice(r[0].text, k) for r, k in zip(replies, kinds)]
 
         n = len(batch)
         first = asked([ask_critic("retrieval", ex) for ex in batch]
@@ -159,15 +155,14 @@ def build_generator_data(cfg: GeneratorDataConfig, *, critic, kb, knowledge=None
         texts = {i: split_sentences(ex.output) if per_sentence else [ex.output]
                  for i, ex in enumerate(batch) if ret[i] == RETRIEVE and not bad[i]}
         written: dict[int, list[Sentence]] = {i: [] for i in texts}
-        quoted: dict[int, Passage] = {}  # the passage quoted last, which a later sentence may continue to use
-        quotes: dict[int, list[str]] = {}
+        quoted: dict[int, list[Passage]] = {}  # in order; a later sentence may continue to use the last one
         for k in range(max((len(t) for t in texts.values()), default=0)):
             active = [i for i in texts if k < len(texts[i]) and not bad[i] and i not in errors]
             preceding = {i: " ".join(texts[i][:k]) or None for i in active}
             decision = {i: RETRIEVE for i in active}
             later = [i for i in active if k > 0]
             for i, tok in zip(later, asked(
-                    [ask_critic("retrieval_three_way", batch[i], texts[i][k], quoted[i], preceding=preceding[i])
+                    [ask_critic("retrieval_three_way", batch[i], texts[i][k], quoted[i][-1], preceding=preceding[i])
                      for i in later], ["retrieval_three_way"] * len(later), later)):
                 if tok is None:
                     bad[i].append("retrieval_three_way")
@@ -187,18 +182,15 @@ def build_generator_data(cfg: GeneratorDataConfig, *, critic, kb, knowledge=None
             for i, passages in zip(fetch, evidence):
                 judged = [(p, next(tokens), next(tokens)) for p in passages]
                 valid = [(p, rel, sup) for p, rel, sup in judged if rel is not None and sup is not None]
-                if len(valid) < len(judged):
-                    invalid = sorted({kind for _, rel, sup in judged for kind, tok in
+                if len(valid) < len(judged) and cfg.invalid == "example":
+                    bad[i] += sorted({kind for _, rel, sup in judged for kind, tok in
                                       (("relevance", rel), ("support", sup)) if tok is None})
-                    if cfg.invalid == "example":
-                        bad[i] += invalid
-                        continue
+                    continue
                 if not valid:
                     bad[i].append("no validly judged evidence" if judged else "no evidence retrieved")
                     continue
                 passage, rel, sup = _best(valid)
-                quoted[i] = passage
-                quotes.setdefault(i, []).append(passage.id)
+                quoted.setdefault(i, []).append(passage)
                 written[i].append(Sentence(texts[i][k], RETRIEVE, prompts.evidence_text(passage), rel, sup))
             for i in active:
                 if decision[i] in (CONTINUE, NO_RETRIEVE):
@@ -221,7 +213,7 @@ def build_generator_data(cfg: GeneratorDataConfig, *, critic, kb, knowledge=None
                     id=ex.id, instruction=ex.instruction, input=ex.input, output=format_sentences(sentences, use[i]),
                     labels=labels, dataset="selfbiorag-generator",
                     metadata={"split": ex.metadata.get("split"), "source_dataset": ex.dataset,
-                              "sentences": len(sentences), "evidence_ids": quotes.get(i, [])},
+                              "sentences": len(sentences), "evidence_ids": [q.id for q in quoted.get(i, [])]},
                 )
                 results.append({"id": ex.id, "record": record.to_dict()})
         return results

@@ -40,3 +40,19 @@ def test_bench_train_tiny_model_both_sides() -> None:
     data = result["data"]
     assert 0 < data["pad_to_max_length"]["real_fraction_epoch"] < data["per_batch_padding"]["real_fraction_epoch"] <= 1
     assert 0 < data["packing"]["real_fraction_epoch"] <= 1
+
+
+@pytest.mark.timeout(300)
+def test_bench_scoring_cli_times_each_backend_and_the_caches_change_no_score(tmp_path) -> None:
+    import json
+
+    from omnimed.cli.bench import main
+
+    out = tmp_path / "scoring.json"
+    assert main(["scoring", "--world-size", "tiny", "--questions", "1", "--top-k", "2", "--shots", "1",
+                 "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["questions"] == 1 and result["model"] == "smollm2-135m"
+    for name in ("alone", "shared", "kept"):
+        assert result[f"{name}_s_per_question"] > 0
+    assert result["shared_max_score_diff"] < 1e-3 and result["kept_max_score_diff"] < 1e-3

@@ -17,7 +17,7 @@ from servers.fake_openai import TOKEN_LOGPROB, Script, fake_openai_server
 from omnimed.data.world import build_world
 from omnimed.generation.cache import CachedBackend
 from omnimed.generation.factory import BackendConfig, build_backend
-from omnimed.generation.hf import HFBackend
+from omnimed.generation.hf import HFBackend, shared_prefix_groups
 from omnimed.generation.openai_backend import OpenAIBackend
 from omnimed.generation.oracle import TASKS, UNLIKELY, OracleBackend
 from omnimed.generation.types import Generation, GenerationError, Request, SamplingParams
@@ -97,6 +97,44 @@ def test_hf_next_token_logprobs_cover_added_special_tokens():
     assert backend.decode(ids) == ("yes[Retrieval]", len(ids) - 2, True)
     with pytest.raises(GenerationError, match=r"\[Nope\]"):
         backend.next_token_logprobs(reqs, ["[Nope]"])
+
+
+def test_hf_branches_of_one_prompt_share_its_computation_and_score_as_if_alone():
+    backend = HFBackend(dataclasses.replace(TINY, special_tokens=REFLECTIVE), batch_size=2)
+    shared = "Three solved questions, then the question the branches below all continue. " * 4
+    tails = ["[Retrieval]<p>aspirin</p>", "[Retrieval]<p>a much longer passage about ibuprofen doses</p>", "x",
+             "[No Retrieval]"]
+    reqs = [Request(CHAT + [{"role": "user", "content": shared}], {"assistant_prefix": t}) for t in tails]
+    reqs += [Request("an unrelated short prompt"), Request("another")]  # groups of one: no prefix
+    encoded = [backend._encode(backend.render(r), r) for r in reqs]
+    groups = shared_prefix_groups(encoded)
+    assert sorted(map(sorted, (m for _, m in groups))) == [[0, 1, 2, 3], [4], [5]]
+    prefix = next(p for p, m in groups if len(m) == 4)
+    assert prefix >= 32 and all(encoded[i][:prefix] == encoded[0][:prefix] for i in range(4))
+    def check(requests):
+        for req, row in zip(requests, backend.next_token_logprobs(requests, [*REFLECTIVE, "the"])):
+            last = _hand_logprobs(backend, backend._encode(backend.render(req), req))[-1]
+            for token, value in row.items():
+                assert value == pytest.approx(float(last[backend.token_id(token)]), abs=1e-4)
+
+    check(reqs)
+    assert len(backend._caches) == 5  # the shared prompt and the four branches after it
+    # the next step continues each branch (as Self-BioRAG's answer follows REL): computed from the kept caches
+    steps = [Request(r.prompt, {"assistant_prefix": r.meta["assistant_prefix"] + "[Relevant] The answer is"})
+             for r in reqs[:4]]
+    calls = []
+    handle = backend.model.register_forward_hook(
+        lambda _m, args, kw, _o: calls.append(kw.get("input_ids", args[0] if args else None).shape), with_kwargs=True)
+    try:
+        check(steps)
+    finally:
+        handle.remove()
+    new_tokens = [len(backend._encode(backend.render(b), b)) - len(a) for a, b in zip(encoded, steps)]
+    assert [shape[1] for shape in calls[:4]] == new_tokens and max(new_tokens) < 16  # then the 4 hand checks
+    lean = HFBackend(dataclasses.replace(TINY, special_tokens=REFLECTIVE), batch_size=2, prefix_cache_mb=0)
+    for a, b in zip(lean.next_token_logprobs(steps, REFLECTIVE), backend.next_token_logprobs(steps, REFLECTIVE)):
+        assert a == pytest.approx(b, abs=1e-4)
+    assert not lean._caches
 
 
 def test_hf_too_long_prompt_is_reported_not_dropped():

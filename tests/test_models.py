@@ -197,7 +197,36 @@ def test_saved_checkpoints_reload_to_same_logits(tmp_path: Path) -> None:
     reloaded = PeftModel.from_pretrained(base, tmp_path / "adapter")
     torch.testing.assert_close(_logits(reloaded, batch), expected)
 
-    # 2. merged full checkpoint, loaded back as a local folder through the normal hub/local path
+    # 2. an omnimed-train adapter export as the model of a new run (the miniature reader as the generator's start):
+    # loaded merged, the same outputs; for training it gets a fresh LoRA that starts from those outputs too
+    from omnimed.generation.fingerprint import fingerprint
+    from omnimed.models.exported import load_exported
+    from omnimed.training.export import export_hf
+
+    folder = export_hf(model, tokenizer, tmp_path / "hf")
+    exported = ModelConfig(name="exported", source="hub", name_or_path=str(folder), special_tokens=NEW_TOKENS,
+                           lora=lora_on())
+    export_tok = load_tokenizer(exported)
+    torch.testing.assert_close(_logits(load_causal_lm(exported, export_tok, for_training=False), batch), expected)
+    again = load_causal_lm(exported, export_tok)
+    assert isinstance(again, PeftModel) and any(p.requires_grad for p in again.parameters())
+    torch.testing.assert_close(_logits(again, batch), expected)
+    # ... and that run's own export names the first export as its base, so it reloads on top of it
+    optimizer = torch.optim.AdamW([p for p in again.parameters() if p.requires_grad], lr=1e-2)
+    again.train()
+    again(**batch, labels=batch.input_ids).loss.backward()
+    optimizer.step()
+    second = _logits(again, batch)
+    assert not torch.allclose(second, expected)
+    folder2 = export_hf(again, export_tok, tmp_path / "hf2")
+    base = json.loads((folder2 / "adapter_config.json").read_text())["base_model_name_or_path"]
+    assert Path(base).resolve() == folder.resolve()
+    torch.testing.assert_close(_logits(load_exported(folder2)[0], batch), second)
+    before = fingerprint(folder2)  # cached results of the second export are keyed to its base too
+    export_hf(model, tokenizer, folder, overwrite=True)
+    assert fingerprint(folder2) != before
+
+    # 3. merged full checkpoint, loaded back as a local folder through the normal hub/local path
     merged = merge_lora(model)
     merged.save_pretrained(tmp_path / "merged")
     tokenizer.save_pretrained(tmp_path / "merged")

@@ -5,12 +5,16 @@
     omnimed-bench world [--size large --seed 0]
     omnimed-bench retrieval [--corpora world,realdata --world-size large --queries 1000 --reference-queries 20
                              --threads 1 --seed 0 --cache indexes/embeddings --out outputs/bench/retrieval.json]
+    omnimed-bench scoring [--model smollm2-135m --world-size small --questions 12 --top-k 5 --shots 3
+                           --out outputs/bench/scoring.json]
 
 ``train`` runs our SFT step (Lightning + ``SFTModule``) and TRL's ``SFTTrainer`` on the same model, data and
 settings, each side in its own child process, and prints tokens/s, step time, peak RSS, first-step loss and the
 ratio ours/TRL (see ``omnimed.bench.train``); the full result goes to a JSON file. ``world`` times a world build.
 ``retrieval`` times BM25 (against rank-bm25 on the same tokens), FAISS flat and HNSW on the world corpus and
 the real corpora (``$OMNIMED_REALDATA``; skipped when unset) and checks the targets (see ``omnimed.bench.retrieval``).
+``scoring`` times Self-BioRAG's branch scoring on the hf backend with and without its prompt caches (see
+``omnimed.bench.scoring``).
 """
 
 from __future__ import annotations
@@ -75,6 +79,15 @@ def _parser() -> argparse.ArgumentParser:
     retrieval.add_argument("--cache", default="indexes/embeddings",
                            help="embedding cache (shared with omnimed-index; a rerun reuses the vectors)")
     retrieval.add_argument("--out", default="outputs/bench/retrieval.json", help="result JSON (written atomically)")
+
+    scoring = sub.add_parser("scoring", help="Self-BioRAG's branch scoring on the hf backend, prompt caches on / off")
+    scoring.add_argument("--model", default="smollm2-135m", help="a conf/model name")
+    scoring.add_argument("--world-size", default="small")
+    scoring.add_argument("--questions", type=int, default=12, help="world test MCQs judged")
+    scoring.add_argument("--top-k", type=int, default=5, help="passages per question")
+    scoring.add_argument("--shots", type=int, default=3)
+    scoring.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    scoring.add_argument("--out", default="outputs/bench/scoring.json", help="result JSON (written atomically)")
     return parser
 
 
@@ -255,6 +268,31 @@ def run_world(args: argparse.Namespace, out_console: Console | None = None) -> d
     return result
 
 
+def run_scoring(args: argparse.Namespace, out_console: Console | None = None) -> dict[str, Any]:
+    """``omnimed-bench scoring``: run :func:`~omnimed.bench.scoring.bench_scoring`, print, write JSON."""
+    from omnimed.bench.scoring import bench_scoring
+    from omnimed.data.artifacts import atomic_write_json
+
+    result = bench_scoring(args.model, args.world_size, args.questions, args.top_k, args.shots, args.threads)
+    hw = result["hardware"]
+    table = Table(title=f"omnimed-bench scoring: {result['model']}, {result['questions']} questions x top-"
+                        f"{result['top_k']}, {result['shots']}-shot, {result['threads']} threads",
+                  caption=f"{hw['cpu']}, {hw['cores']} usable cores; load avg 1m {hw['load_avg_1m']:.2f} at start")
+    for column in ("backend", "s / question", "speed-up", "max score diff"):
+        table.add_column(column, justify="left" if column == "backend" else "right")
+    table.add_row("alone (every row in full)", _fmt(result["alone_s_per_question"]), "1", "-")
+    for name, label in (("shared", "shared prompt per call"), ("kept", "kept caches (default)")):
+        table.add_row(label, _fmt(result[f"{name}_s_per_question"]), _fmt(result[f"{name}_speedup"], 3),
+                      _fmt(result[f"{name}_max_score_diff"], 2))
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out, result)
+    cons = out_console or console
+    cons.print(table)
+    cons.print(f"wrote [bold]{out}[/]")
+    return result
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "train":
@@ -263,6 +301,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_world(args)
     elif args.command == "retrieval":
         run_retrieval(args)
+    elif args.command == "scoring":
+        run_scoring(args)
     return 0
 
 

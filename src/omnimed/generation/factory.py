@@ -22,6 +22,7 @@ class BackendConfig:
     ``model``: for hf / vllm a ``conf/model`` name, a local HF folder (e.g. an ``omnimed-train`` export) or a hub
     id; for openai the served model name. ``None``: the run's ``model`` config (its ``name`` for openai).
     ``cache``: memoise every call in ``cache_dir`` (default ``<paths.cache>/generation``).
+    ``prefix_cache_mb`` (hf): memory for the key/value caches of scored prompts kept for their continuations.
     """
 
     name: str = "hf"
@@ -35,6 +36,7 @@ class BackendConfig:
     max_length: Optional[int] = None
     device: str = "auto"
     dtype: Optional[str] = None
+    prefix_cache_mb: float = 2048.0
     extra_body: Dict[str, Any] = field(default_factory=dict)
     cache: bool = True
     cache_dir: Optional[str] = None
@@ -83,7 +85,8 @@ def build_backend(cfg: Any, *, model: Any = None, world: Any = None,
         from omnimed.generation.hf import HFBackend
 
         backend = HFBackend(cfg.model or model or "smollm2-135m", batch_size=cfg.batch_size,
-                            max_length=cfg.max_length, device=cfg.device, dtype=cfg.dtype)
+                            max_length=cfg.max_length, device=cfg.device, dtype=cfg.dtype,
+                            prefix_cache_mb=cfg.prefix_cache_mb)
     elif cfg.name == "vllm":
         if importlib.util.find_spec("vllm") is None:
             from omnimed.generation.vllm_backend import INSTALL_HINT

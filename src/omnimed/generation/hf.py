@@ -6,6 +6,9 @@ Decisions that make its numbers trustworthy:
   prompts are sorted by length before batching to waste little compute on padding.
 - Generated text is decoded with special tokens kept (added tokens such as ``[Retrieval]`` survive); only
   padding and the end-of-sequence marker are removed.
+- ``next_token_logprobs`` computes a prompt that several requests share once, and a request that continues one
+  scored before only from where it left off; the padding gap this leaves is masked and positions continue, so the
+  numbers equal a full forward pass (tested).
 - ``score`` tokenizes the prompt and prompt + continuation and scores the tokens after their common prefix: the
   tokens the model would really see, also where the boundary merges into one token.
 - ``model_id`` carries a fingerprint of the weight files, dtype and added tokens, so the on-disk cache never
@@ -14,14 +17,17 @@ Decisions that make its numbers trustworthy:
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
 import logging
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
+from transformers import DynamicCache
 
 from omnimed.generation.fingerprint import fingerprint
 from omnimed.generation.render import chunks, is_chat, render_with
@@ -29,6 +35,40 @@ from omnimed.generation.types import Generation, GenerationError, Request, Sampl
 from omnimed.models.config import ModelConfig, named_model_config
 
 log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class _Cached:
+    """A scored row's key/value cache, its attention mask (zeros where padding sat) and its length in tokens."""
+
+    past: Any
+    mask: torch.Tensor
+    tokens: int
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for layer in self.past.layers for t in (layer.keys, layer.values))
+
+
+def shared_prefix_groups(rows: Sequence[Sequence[int]], min_tokens: int = 32) -> list[tuple[int, list[int]]]:
+    """Group token rows that share most of their length: ``(prefix length, row indices)``, the prefix being the
+    group's common start (at least ``min_tokens`` and half its shortest row; every row keeps one token after it).
+    A row that shares too little is a group of its own with prefix 0. Self-BioRAG's branches (one question, many
+    passages) share the demonstrations and the question, so their prompt is computed once instead of per branch."""
+    groups: list[tuple[int, list[int]]] = []
+    for i in sorted(range(len(rows)), key=lambda k: list(rows[k])):
+        if groups:
+            prefix, members = groups[-1]
+            head, row = rows[members[0]], rows[i]
+            n = next((k for k in range(min(prefix, len(row))) if head[k] != row[k]), min(prefix, len(row)))
+            shortest = min(len(row), *(len(rows[j]) for j in members))
+            n = min(n, shortest - 1)
+            if n >= min_tokens and 2 * n >= shortest:
+                groups[-1] = (n, [*members, i])
+                continue
+        groups.append((len(rows[i]), [i]))
+    return [(prefix if len(members) > 1 else 0, members) for prefix, members in groups]
+
 
 def _as_model_config(model: Any) -> ModelConfig:
     """A ``ModelConfig`` from a ``ModelConfig``, an OmegaConf node of one, or a ``conf/model`` name."""
@@ -60,6 +100,8 @@ class HFBackend:
     chat template when ``use_chat_template`` (else a plain ``Role: content`` rendering); strings are used as they
     are. ``max_length``: the longest prompt accepted, in tokens (default: the model's context size); a longer one
     fails that request (``Generation.error``; ``score`` raises). ``dtype``: overrides the config's.
+    ``prefix_cache_mb``: memory for the key/value caches of scored prompts that ``next_token_logprobs`` keeps for
+    their continuations (0 keeps none; prompts shared within one call are still computed once).
     """
 
     name = "hf"
@@ -73,6 +115,7 @@ class HFBackend:
         max_length: int | None = None,
         device: str = "cpu",
         dtype: str | None = None,
+        prefix_cache_mb: float = 2048,
     ) -> None:
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -88,6 +131,9 @@ class HFBackend:
         ctx = getattr(self.model.config, "max_position_embeddings", None)
         self.max_length = int(max_length or ctx or 2048)
         self._keep_arg = "logits_to_keep" in inspect.signature(self.model.forward).parameters
+        self._keep_last = {"logits_to_keep": 1} if self._keep_arg else {}
+        self._caches: OrderedDict[tuple[int, ...], _Cached] = OrderedDict()
+        self._cache_bytes = int(prefix_cache_mb * 2**20)
         eos = self.model.generation_config.eos_token_id
         eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos]) | {self.tokenizer.eos_token_id}
         self._eos_ids = {int(i) for i in eos_ids if i is not None}
@@ -275,9 +321,78 @@ class HFBackend:
             if problem:
                 raise GenerationError(f"hf backend ({self.model_id}): {problem}")
         out: list[dict[str, float]] = [{} for _ in requests]
-        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
-        for chunk in chunks(order, self.batch_size):
-            logprobs = torch.log_softmax(self._last_logits([encoded[i] for i in chunk], 1)[:, -1, :], dim=-1)
-            for j, i in enumerate(chunk):
-                out[i] = {t: float(logprobs[j, tid]) for t, tid in ids.items()}
+        fresh = []
+        for i, row in enumerate(encoded):
+            hit = self._cached_prefix(row)
+            if hit is None:
+                fresh.append(i)
+            else:  # a continuation of a row scored before: only its new tokens are computed
+                out[i] = self._logprobs(self._extend(hit, row)[0], ids)
+        for prefix, group in shared_prefix_groups([encoded[i] for i in fresh]):
+            group = sorted((fresh[g] for g in group), key=lambda i: len(encoded[i]))
+            head = self._extend(None, encoded[group[0]][:prefix])[1] if prefix else None
+            for chunk in chunks(group, self.batch_size):
+                if head is None:
+                    last = self._last_logits([encoded[i] for i in chunk], 1)
+                else:
+                    last = self._last_logits_after(head, [encoded[i] for i in chunk])
+                for j, i in enumerate(chunk):
+                    out[i] = self._logprobs(last[j], ids)
         return out
+
+    @staticmethod
+    def _logprobs(last: torch.Tensor, ids: dict[str, int]) -> dict[str, float]:
+        logprobs = torch.log_softmax(last[-1].float(), dim=-1)
+        return {t: float(logprobs[tid]) for t, tid in ids.items()}
+
+    # ------------------------------------------------------------------------------------------- prompt caches
+    # Scored rows keep their key/value cache (least recently used dropped beyond ``prefix_cache_mb``): a row that
+    # starts with a kept one computes only its new tokens, and rows sharing a long prompt compute it once. Self-BioRAG
+    # asks REL, then the answer, SUP and USE, each a few tokens after the last, over one prompt and five passages.
+    def _cached_prefix(self, row: Sequence[int]) -> _Cached | None:
+        best = None
+        for key, entry in self._caches.items():
+            if len(key) < len(row) and (best is None or len(key) > len(best[0])) and tuple(row[:len(key)]) == key:
+                best = (key, entry)
+        if best is None:
+            return None
+        self._caches.move_to_end(best[0])
+        return best[1]
+
+    def _keep(self, key: Sequence[int], entry: _Cached) -> _Cached:
+        if self._cache_bytes:
+            self._caches[tuple(key)] = entry
+            while sum(e.nbytes for e in self._caches.values()) > self._cache_bytes and len(self._caches) > 1:
+                self._caches.popitem(last=False)
+        return entry
+
+    def _extend(self, entry: _Cached | None, row: Sequence[int]) -> tuple[torch.Tensor, _Cached]:
+        """Run ``row``'s tokens after ``entry`` (a kept prefix of it) or from scratch: its last-position logits
+        [1, vocab] and its cache entry, kept."""
+        start = entry.tokens if entry is not None else 0
+        new = torch.tensor([list(row[start:])], dtype=torch.long, device=self.device)
+        past = copy.deepcopy(entry.past) if entry is not None else None
+        mask = torch.ones((1, new.shape[1]), dtype=torch.long, device=self.device)
+        mask = torch.cat([entry.mask, mask], 1) if entry is not None else mask
+        positions = torch.arange(start, len(row), device=self.device)[None]
+        result = self.model(input_ids=new, attention_mask=mask, position_ids=positions, past_key_values=past,
+                            use_cache=True, **self._keep_last)
+        return result.logits[0, -1:, :], self._keep(row, _Cached(result.past_key_values, mask, len(row)))
+
+    def _last_logits_after(self, head: _Cached, rows: Sequence[Sequence[int]]) -> torch.Tensor:
+        """fp32 last-position logits of ``rows``, all starting with ``head``'s tokens: [batch, 1, vocab]. The rest of
+        each row is left-padded after the head (the mask hides the gap, positions continue from the head); each
+        row's cache is kept."""
+        n = head.tokens
+        batch = self._batch([r[n:] for r in rows])
+        past = copy.deepcopy(head.past)
+        past.batch_repeat_interleave(len(rows))
+        mask = torch.cat([head.mask.expand(len(rows), -1), batch["attention_mask"]], 1)
+        out = self.model(input_ids=batch["input_ids"], attention_mask=mask, position_ids=batch["position_ids"] + n,
+                         past_key_values=past, use_cache=True, **self._keep_last)
+        for j, row in enumerate(rows if self._cache_bytes else ()):
+            one = DynamicCache()
+            for layer, held in enumerate(out.past_key_values.layers):
+                one.update(held.keys[j:j + 1].clone(), held.values[j:j + 1].clone(), layer)
+            self._keep(row, _Cached(one, mask[j:j + 1], len(row)))
+        return out.logits[:, -1:, :].float()

@@ -16,7 +16,7 @@ def load_exported(folder: PathLike, **model_kwargs: Any) -> tuple[nn.Module, Any
     """``(model, tokenizer)`` from an :func:`export_hf` folder (tokenizer ``None`` when none was saved).
 
     A full-model folder loads with ``AutoModelForCausalLM.from_pretrained``. An adapter folder loads its base model
-    (``base_model_name_or_path``), resizes its embeddings to the saved tokenizer when tokens were added, then applies
+    (``base_model_name_or_path``; an adapter export itself, loaded the same way and merged), resizes its embeddings to the saved tokenizer when tokens were added, then applies
     the adapter with ``PeftModel.from_pretrained``.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -32,7 +32,10 @@ def load_exported(folder: PathLike, **model_kwargs: Any) -> tuple[nn.Module, Any
     base_id = json.loads(adapter_cfg.read_text()).get("base_model_name_or_path")
     if not base_id:
         raise ValueError(f"{adapter_cfg} names no base_model_name_or_path; load the base yourself")
-    base = AutoModelForCausalLM.from_pretrained(base_id, **model_kwargs)
+    if (Path(base_id) / "adapter_config.json").is_file():  # trained on another export (the miniature reader)
+        base = load_exported(base_id, **model_kwargs)[0].merge_and_unload()
+    else:
+        base = AutoModelForCausalLM.from_pretrained(base_id, **model_kwargs)
     rows = max(len(tokenizer) if tokenizer is not None else 0, _saved_embedding_rows(path))
     if base.get_input_embeddings().weight.shape[0] < rows:
         base.resize_token_embeddings(rows)

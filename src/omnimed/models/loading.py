@@ -101,6 +101,9 @@ def load_causal_lm(
 ) -> PreTrainedModel | PeftModel:
     """Load ``cfg``'s causal LM, sized for ``tokenizer`` and ready to train or to run.
 
+    A folder holding an ``omnimed-train`` LoRA export (``adapter_config.json``) loads as its base with the adapter
+    merged, so a model trained here (the miniature reader) can be the starting point of another run.
+
     Weights load from safetensors only, in ``cfg.dtype`` with ``cfg.attn_implementation``; remote code runs
     only when ``cfg.trust_remote_code`` is set. Embeddings grow to ``len(tokenizer)`` when special tokens
     were added. With ``for_training`` the model is put in train mode, gets gradient checkpointing when
@@ -116,13 +119,19 @@ def load_causal_lm(
     _require_safetensors(folder)
     if tokenizer is None:
         tokenizer = load_tokenizer(cfg, folder)
-    model = AutoModelForCausalLM.from_pretrained(
-        folder,
-        dtype=torch_dtype(cfg.dtype),
-        attn_implementation=cfg.attn_implementation,
-        trust_remote_code=cfg.trust_remote_code,
-        use_safetensors=True,
-    )
+    weights = {
+        "dtype": torch_dtype(cfg.dtype),
+        "attn_implementation": cfg.attn_implementation,
+        "trust_remote_code": cfg.trust_remote_code,
+        "use_safetensors": True,
+    }
+    if (folder / "adapter_config.json").is_file():  # an omnimed-train LoRA export: its base with the adapter merged
+        from omnimed.models.exported import load_exported
+
+        model = load_exported(folder, **weights)[0].merge_and_unload()
+        model.name_or_path = model.config._name_or_path = str(folder)  # what an adapter trained on it names as base
+    else:
+        model = AutoModelForCausalLM.from_pretrained(folder, **weights)
     rows_before = embedding_rows(model)
     resize_for_tokenizer(model, tokenizer)
     for holder in (model.config, model.generation_config):

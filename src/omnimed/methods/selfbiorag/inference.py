@@ -53,6 +53,9 @@ from omnimed.methods.selfbiorag.tokens import (
 from omnimed.models.layout import request_prompt
 
 MODES = ("adaptive", "always", "never")
+#: questions whose branches are judged together: a backend that keeps the key/value cache of recent prompts (the
+#: hf backend keeps 16) then computes each question's prompt once for its REL, answer, SUP and USE calls
+QUESTIONS_PER_PASS = 6
 
 
 @dataclass
@@ -334,10 +337,11 @@ class SelfBioRAG:
         outs: list[SelfBioRAGOutput | None] = [None] * len(questions)
         for i, (letter, text, _) in zip(without, self._answers([(questions[i], NO_RETRIEVE, {}) for i in without])):
             outs[i] = self._output(questions[i], letter, text, False, p_ret[i], [], [])
-        if with_ev:
-            passages = self.kb.search_sources([questions[i].question for i in with_ev], c.top_k, sources=c.sources,
+        for start in range(0, len(with_ev), QUESTIONS_PER_PASS):
+            part = with_ev[start:start + QUESTIONS_PER_PASS]
+            passages = self.kb.search_sources([questions[i].question for i in part], c.top_k, sources=c.sources,
                                               per_source_k=c.per_source_k, method=c.method)
-            for i, ps, cands in zip(with_ev, passages, self._judge([questions[i] for i in with_ev], passages)):
+            for i, ps, cands in zip(part, passages, self._judge([questions[i] for i in part], passages)):
                 if not cands:  # nothing retrieved: answer as without evidence, and say so
                     (letter, text, _), = self._answers([(questions[i], NO_RETRIEVE, {})])
                     out = self._output(questions[i], letter, text, True, p_ret[i], [], [])

@@ -135,6 +135,9 @@ def test_hf_branches_of_one_prompt_share_its_computation_and_score_as_if_alone()
     for a, b in zip(lean.next_token_logprobs(steps, REFLECTIVE), backend.next_token_logprobs(steps, REFLECTIVE)):
         assert a == pytest.approx(b, abs=1e-4)
     assert not lean._caches
+    tight = HFBackend(dataclasses.replace(TINY, special_tokens=REFLECTIVE), batch_size=2, prefix_cache_mb=1e-3)
+    tight.next_token_logprobs(reqs, REFLECTIVE)  # over the bound: only the most recent cache stays
+    assert len(tight._caches) == 1 and tight._kept_bytes == next(iter(tight._caches.values())).nbytes
 
 
 def test_hf_too_long_prompt_is_reported_not_dropped():

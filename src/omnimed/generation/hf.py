@@ -134,6 +134,7 @@ class HFBackend:
         self._keep_last = {"logits_to_keep": 1} if self._keep_arg else {}
         self._caches: OrderedDict[tuple[int, ...], _Cached] = OrderedDict()
         self._cache_bytes = int(prefix_cache_mb * 2**20)
+        self._kept_bytes = 0  # what the kept caches hold, kept beside them so keeping one more need not re-sum all
         eos = self.model.generation_config.eos_token_id
         eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos]) | {self.tokenizer.eos_token_id}
         self._eos_ids = {int(i) for i in eos_ids if i is not None}
@@ -361,9 +362,11 @@ class HFBackend:
 
     def _keep(self, key: Sequence[int], entry: _Cached) -> _Cached:
         if self._cache_bytes:
+            replaced = self._caches.pop(tuple(key), None)
+            self._kept_bytes += entry.nbytes - (replaced.nbytes if replaced is not None else 0)
             self._caches[tuple(key)] = entry
-            while sum(e.nbytes for e in self._caches.values()) > self._cache_bytes and len(self._caches) > 1:
-                self._caches.popitem(last=False)
+            while self._kept_bytes > self._cache_bytes and len(self._caches) > 1:
+                self._kept_bytes -= self._caches.popitem(last=False)[1].nbytes
         return entry
 
     def _extend(self, entry: _Cached | None, row: Sequence[int]) -> tuple[torch.Tensor, _Cached]:

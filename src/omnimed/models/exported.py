@@ -16,8 +16,8 @@ def load_exported(folder: PathLike, **model_kwargs: Any) -> tuple[nn.Module, Any
     """``(model, tokenizer)`` from an :func:`export_hf` folder (tokenizer ``None`` when none was saved).
 
     A full-model folder loads with ``AutoModelForCausalLM.from_pretrained``. An adapter folder loads its base model
-    (``base_model_name_or_path``; an adapter export itself, loaded the same way and merged), resizes its embeddings to the saved tokenizer when tokens were added, then applies
-    the adapter with ``PeftModel.from_pretrained``.
+    (``base_model_name_or_path``; an adapter export itself, loaded the same way and merged), resizes its embeddings
+    to the saved tokenizer when tokens were added, then applies the adapter with ``PeftModel.from_pretrained``.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

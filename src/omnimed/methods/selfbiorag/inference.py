@@ -53,8 +53,8 @@ from omnimed.methods.selfbiorag.tokens import (
 from omnimed.models.layout import request_prompt
 
 MODES = ("adaptive", "always", "never")
-#: questions whose branches are judged together: a backend that keeps the key/value cache of recent prompts (the
-#: hf backend keeps 16) then computes each question's prompt once for its REL, answer, SUP and USE calls
+#: questions whose branches are judged together: a backend that keeps the key/value caches of recent rows (the hf
+#: backend, up to backend.prefix_cache_mb) then continues each branch's REL row for its answer, SUP and USE calls
 QUESTIONS_PER_PASS = 6
 
 

@@ -152,11 +152,9 @@ class HFBackend:
 
             folder = Path(model).resolve()
             dtype = dtype or "float32"
-            loaded, tokenizer = load_exported(folder, dtype=torch_dtype(dtype))
+            loaded, tokenizer = load_exported(folder, merge=True, dtype=torch_dtype(dtype))  # a LoRA adapter merged
             if tokenizer is None:
                 raise GenerationError(f"hf backend: {folder} holds no tokenizer; export it with its tokenizer")
-            if hasattr(loaded, "merge_and_unload"):  # a LoRA adapter: merged, it runs as fast as the base
-                loaded = loaded.merge_and_unload()
             loaded.requires_grad_(False)
             return loaded, tokenizer, f"{folder.name}@{fingerprint(folder, dtype)}"
         cfg = _as_model_config(model)

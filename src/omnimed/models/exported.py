@@ -12,12 +12,13 @@ from torch import nn
 
 PathLike = str | os.PathLike
 
-def load_exported(folder: PathLike, **model_kwargs: Any) -> tuple[nn.Module, Any]:
+def load_exported(folder: PathLike, *, merge: bool = False, **model_kwargs: Any) -> tuple[nn.Module, Any]:
     """``(model, tokenizer)`` from an :func:`export_hf` folder (tokenizer ``None`` when none was saved).
 
     A full-model folder loads with ``AutoModelForCausalLM.from_pretrained``. An adapter folder loads its base model
     (``base_model_name_or_path``; an adapter export itself, loaded the same way and merged), resizes its embeddings
-    to the saved tokenizer when tokens were added, then applies the adapter with ``PeftModel.from_pretrained``.
+    to the saved tokenizer when tokens were added, then applies the adapter with ``PeftModel.from_pretrained``;
+    ``merge`` folds it into the base (a plain model that runs as fast as the base, and can be trained on again).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -33,13 +34,14 @@ def load_exported(folder: PathLike, **model_kwargs: Any) -> tuple[nn.Module, Any
     if not base_id:
         raise ValueError(f"{adapter_cfg} names no base_model_name_or_path; load the base yourself")
     if (Path(base_id) / "adapter_config.json").is_file():  # trained on another export (the miniature reader)
-        base = load_exported(base_id, **model_kwargs)[0].merge_and_unload()
+        base = load_exported(base_id, merge=True, **model_kwargs)[0]
     else:
         base = AutoModelForCausalLM.from_pretrained(base_id, **model_kwargs)
     rows = max(len(tokenizer) if tokenizer is not None else 0, _saved_embedding_rows(path))
     if base.get_input_embeddings().weight.shape[0] < rows:
         base.resize_token_embeddings(rows)
-    return PeftModel.from_pretrained(base, path), tokenizer
+    model = PeftModel.from_pretrained(base, path)
+    return (model.merge_and_unload() if merge else model), tokenizer
 
 
 def _saved_embedding_rows(folder: Path) -> int:

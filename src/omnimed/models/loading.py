@@ -128,7 +128,7 @@ def load_causal_lm(
     if (folder / "adapter_config.json").is_file():  # an omnimed-train LoRA export: its base with the adapter merged
         from omnimed.models.exported import load_exported
 
-        model = load_exported(folder, **weights)[0].merge_and_unload()
+        model = load_exported(folder, merge=True, **weights)[0]
         model.name_or_path = model.config._name_or_path = str(folder)  # what an adapter trained on it names as base
     else:
         model = AutoModelForCausalLM.from_pretrained(folder, **weights)

@@ -22,6 +22,7 @@ from omnimed.data.records import InstructionExample, MultipleChoiceQuestion
 from omnimed.generation.oracle import OracleBackend
 from omnimed.generation.types import Generation
 from omnimed.knowledge.config import KnowledgeConfig
+from omnimed.methods.selfbiorag import prompts
 from omnimed.methods.selfbiorag import tokens as T
 from omnimed.methods.selfbiorag.critic_data import CriticDataConfig, build_critic_data
 from omnimed.methods.selfbiorag.generator_data import GeneratorDataConfig, build_generator_data
@@ -549,6 +550,102 @@ def test_the_plain_layout_of_released_self_rag_weights_is_sent_character_for_cha
     backend.prompts = []
     method.answer([q], backend, kb, seed=0)
     assert "### Instruction:" not in dict(backend.prompts)["relevance"]
+
+
+class _Scripted:
+    """A generator that writes a fixed reply after each evidence passage (keyed by the passage text and how many
+    passages its reply has quoted), tokens included; every distribution read puts its mass on the token the
+    script has at that point (uniform where the script has none of the tokens asked)."""
+
+    name = model_id = "scripted"
+
+    def __init__(self, replies: dict[tuple[str, int], str]) -> None:
+        self.replies, self.generated = replies, []
+
+    def _rest(self, request) -> str:
+        prefix = request.meta["assistant_prefix"]
+        evidence = prefix.rsplit(T.PARAGRAPH_OPEN, 1)[1].split(T.PARAGRAPH_CLOSE)[0]
+        written = prefix.rsplit(T.PARAGRAPH_CLOSE, 1)[1]
+        script = self.replies[(evidence, prefix.count(T.PARAGRAPH_OPEN))]
+        assert script.startswith(written)
+        return script[len(written):]
+
+    def generate(self, requests, params):
+        out = []
+        for r in requests:
+            text = self._rest(r)
+            cuts = [text.index(s) for s in params.stop if s in text]
+            text = text[:min(cuts)] if cuts else text
+            self.generated.append(r.meta["assistant_prefix"].count(T.PARAGRAPH_OPEN))
+            out.append([Generation(text=text, tokens=len(text.split()) or 1)])
+        return out
+
+    def score(self, requests, continuations):
+        return [-0.1 * len(c.split()) for c in continuations]
+
+    def next_token_logprobs(self, requests, tokens):
+        out = []
+        for r in requests:
+            rest = self._rest(r)
+            hit = next((t for t in tokens if rest.startswith(t)), None)
+            out.append({t: (0.0 if t == hit else -30.0) if hit else -1.0 for t in tokens})
+        return out
+
+
+def test_generate_mode_reads_the_whole_reply_and_continues_a_reply_that_asks_for_more_evidence():
+    """`answer_mode=generate`: M writes its reply sentence by sentence; the option is read from all of it, SUP and
+    USE where M wrote them. A reply that asks for [Retrieval] again ends there at `max_depth: 1` (the reference's
+    multiple-choice run) and is continued with the passages at `max_depth: 2`, keeping the `beam_width` best open
+    paths; a path's score is the product of its segments'."""
+    from omnimed.data.records import Passage
+
+    q = MultipleChoiceQuestion(id="q1", question="Which enzyme does drug X inhibit?",
+                               options={"A": "kinase K", "B": "protease P"}, answer=["A"], dataset="fixed")
+    good = Passage(id="book:1", source="book", title="Drug X", text="Drug X inhibits kinase K.")
+    other = Passage(id="wiki:2", source="wiki", title="Liver", text="The liver makes many enzymes.")
+
+    class TwoPassages:
+        def search_sources(self, queries, k, **kwargs):
+            return [[good, other] for _ in queries]
+
+    ev = {p.id: prompts.evidence_text(p) for p in (good, other)}
+    two_sentences = {  # the answer is only in the second sentence
+        (ev["book:1"], 1): "[Relevant]Drug X acts on an enzyme.[Partially supported][Continue to Use Evidence]"
+                           "The answer is A.[Fully supported][Utility:4]",
+        (ev["wiki:2"], 1): "[Irrelevant]The answer is B.[Utility:2]",
+    }
+    cfg = SelfBioRAGConfig(retrieval="always", top_k=2, answer_mode="generate", use_seqscore=False)
+    (out,) = SelfBioRAG(cfg, _Scripted(two_sentences), TwoPassages()).answer([q])
+    assert out.correct and out.raw == "Drug X acts on an enzyme. The answer is A."
+    best = max(out.candidates, key=lambda c: c.score)
+    # SUP where M first wrote one (partially: 0.5), USE where it wrote [Utility:4] (0.5)
+    assert (best.s_rel, best.s_sup, best.s_use) == pytest.approx((1.0, 0.5, 0.5))
+    low = min(out.candidates, key=lambda c: c.score)
+    assert (low.s_rel, low.s_sup, low.s_use) == pytest.approx((0.0, 0.0, -0.5))  # no SUP written: 0
+
+    asks = {  # the relevant passage's reply asks for more evidence before it answers
+        (ev["book:1"], 1): "[Relevant]Drug X acts on an enzyme.[Fully supported][Retrieval]",
+        (ev["wiki:2"], 1): "[Irrelevant]Enzymes are proteins.[Retrieval]",
+        (ev["book:1"], 2): "[Relevant]The answer is A.[Fully supported][Utility:5]",
+        (ev["wiki:2"], 2): "[Irrelevant]The answer is B.[Utility:1]",
+    }
+    backend = _Scripted(asks)
+    (out,) = SelfBioRAG(cfg, backend, TwoPassages()).answer([q])
+    assert not out.correct and out.prediction is None  # one segment: the reply stopped before it answered
+    assert all(c.depth == 1 and abs(c.s_use) < 1e-9 for c in out.candidates) and backend.generated == [1, 1]
+
+    for width, continued in ((2, 4), (1, 2)):
+        backend = _Scripted(asks)
+        deep = SelfBioRAGConfig(retrieval="always", top_k=2, answer_mode="generate", use_seqscore=False,
+                                max_depth=2, beam_width=width)
+        (out,) = SelfBioRAG(deep, backend, TwoPassages()).answer([q])
+        assert backend.generated == [1, 1] + [2] * continued  # the beam_width best open paths, each passage
+        assert out.correct and out.raw == "Drug X acts on an enzyme. The answer is A."
+        best = max(out.candidates, key=lambda c: c.score)
+        assert best.depth == 2 and best.passage_id == "book:1"
+        assert best.score == pytest.approx((1.0 + 1.0) * (1.0 + 1.0 + 0.5 * 1.0))  # segment 1 x segment 2
+    with pytest.raises(ValueError, match="pipeline.max_depth=0"):
+        SelfBioRAG(SelfBioRAGConfig(max_depth=0), backend, TwoPassages())
 
 
 def test_shots_show_the_most_similar_solved_training_questions_before_the_question(world):

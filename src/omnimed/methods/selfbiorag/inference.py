@@ -14,6 +14,15 @@ For each question the generator M is asked, in its own output layout (:mod:`~omn
    and, with ``use_seqscore`` (the reference's runs), the answer's geometric-mean token probability s_seq. The
    answer given with the best-scoring passage is kept.
 
+In ``generate`` mode M writes its whole reply, sentence by sentence with its reflective tokens, as the reference's
+decoder lets it; SUP and USE are read where M writes its first support and utility token (a reply without one
+scores 0 there, as in the reference; one that ends without a utility token has its USE read where it ends). A
+reply that asks for ``[Retrieval]`` again ends its segment there; with ``max_depth`` > 1 the segment tree of
+Self-RAG's long-form decoder continues it: each of the ``beam_width`` best open paths (by the product of their
+segments' S) is continued with each of the question's passages, for at most ``max_depth`` segments. The reference's
+multiple-choice decoder takes ``--beam_width 2 --max_depth 2`` but writes one segment per passage, so
+``max_depth: 1`` is the paper's run.
+
 Each question is asked in the generator model's ``prompt_layout`` (its chat template, or the plain
 ``### Instruction:`` text the released Self-RAG weights know), after ``shots`` solved questions of the dataset's
 training split chosen by BM25 (Table 4's 3-shot).
@@ -65,6 +74,7 @@ class SelfBioRAGConfig:
     - ``retrieval`` (adaptive | always | never), ``delta`` (Eq. 1 threshold, 0.2), ``top_k`` (10 passages);
     - ``shots``: solved questions shown before each one (Table 4: 3; chosen by BM25 from the dataset's training
       split), ``use_seqscore``: add the answer's sequence score to each passage's S (the reference's runs);
+    - ``beam_width`` / ``max_depth``: the segment tree in ``generate`` mode (max_depth 1: one segment per passage);
     - ``domain_corpus``: search ``domain_sources`` (true; PubMed, PMC, CPG, textbooks in the paper) or
       ``general_sources`` (false; Wikipedia);
     - ``domain_retriever``: search with ``domain_method`` (true; MedCPT in the paper, the knowledge base's dense
@@ -83,6 +93,8 @@ class SelfBioRAGConfig:
     w_sup: float = 1.0
     w_use: float = 0.5
     use_seqscore: bool = True
+    beam_width: int = 2
+    max_depth: int = 1
     shots: int = 0  # conf/pipeline/selfbiorag.yaml sets the paper's 3; built in code, a pipeline shows none
     domain_corpus: bool = True
     domain_sources: list[str] = field(default_factory=lambda: ["book", "guideline", "research"])
@@ -108,8 +120,9 @@ class SelfBioRAGConfig:
             raise ValueError(f"pipeline.retrieval={self.retrieval!r}; expected one of {', '.join(MODES)}")
         if self.answer_mode not in ("logprob", "generate"):
             raise ValueError(f"pipeline.answer_mode={self.answer_mode!r}; expected logprob or generate")
-        if self.top_k < 1:
-            raise ValueError(f"pipeline.top_k={self.top_k}; expected at least 1")
+        for key in ("top_k", "beam_width", "max_depth"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"pipeline.{key}={getattr(self, key)}; expected at least 1")
 
     @property
     def sources(self) -> list[str]:
@@ -130,8 +143,9 @@ class SelfBioRAGConfig:
 
 @dataclass
 class Candidate:
-    """One passage's branch: its critique scores, the answer's sequence score (its tokens' geometric-mean
-    probability), the combined score S and the answer given with it."""
+    """One passage's branch (in the segment tree, one finished path that starts with that passage): its critique
+    scores, the answer's sequence score (its tokens' geometric-mean probability), the combined score S (a path's:
+    the product of its segments') and the answer given with it."""
 
     passage_id: str
     relevance: str
@@ -142,6 +156,7 @@ class Candidate:
     score: float
     letter: str | None
     text: str
+    depth: int = 1  # segments on its path (generate mode with max_depth > 1); the critiques are its last one's
 
 
 @dataclass
@@ -212,6 +227,41 @@ def pick_demonstrations(questions: Sequence[MultipleChoiceQuestion], pool: Seque
             for q, ranking in zip(questions, rankings)}
 
 
+@dataclass(frozen=True)
+class _Said:
+    """What M said after one prefix: the option it names, its answer text (reflective tokens removed), the
+    sequence score, the raw reply (tokens kept; logprob mode: the templated answer) and whether it ran out of
+    tokens."""
+
+    letter: str | None
+    text: str
+    seq: float
+    raw: str
+    cut: bool = False
+
+
+@dataclass
+class _Path:
+    """A path of the segment tree: the question, M's reply so far (prompt continuation, tokens and evidence
+    included), the first passage it used, the product of its segments' S, its answer text so far, its depth, and
+    its latest segment's candidate."""
+
+    qi: int
+    reply: str = ""
+    first: str | None = None
+    score: float = 1.0
+    text: str = ""
+    depth: int = 0
+    options: dict[str, str] = field(default_factory=dict)
+    candidate: Candidate | None = None
+
+
+def _first(text: str, tokens: Sequence[str]) -> int | None:
+    """Where the first of ``tokens`` starts in ``text`` (None if none is there)."""
+    found = [text.find(t) for t in tokens if t in text]
+    return min(found) if found else None
+
+
 class SelfBioRAG:
     """Answer multiple-choice questions as Self-BioRAG does; ``backend`` serves the generator, ``kb`` is the
     knowledge base (needed unless ``retrieval=never``), ``demonstrations`` the solved questions the ``shots``
@@ -230,8 +280,9 @@ class SelfBioRAG:
             raise ValueError(f"pipeline.retrieval={cfg.retrieval} needs a knowledge base")
         self.cfg, self.backend, self.kb = cfg, backend, kb
         self._errors: dict[str, str] = {}
+        # M writes its whole reply; one that asks for [Retrieval] again stops there (the segment tree's cut)
         self.params = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
-                                     stop=tuple(REFLECTIVE_TOKENS))
+                                     stop=(RETRIEVE,))
 
     # ------------------------------------------------------------------------------------------- requests
     def _prompt(self, q: MultipleChoiceQuestion) -> str | list[dict[str, str]]:
@@ -248,16 +299,15 @@ class SelfBioRAG:
                                                [RETRIEVE, NO_RETRIEVE])
         return [retrieval_score(_probs(lp)) for lp in lps]
 
-    def _answers(self, items: list[tuple[MultipleChoiceQuestion, str, dict[str, Any]]]
-                 ) -> list[tuple[str | None, str, float]]:
-        """(letter, answer text, sequence score) for each (question, assistant prefix, meta) in the configured
-        answer mode. The sequence score is the answer tokens' geometric-mean probability, exp(mean log-prob), as
-        Self-RAG adds it to a segment's score: in ``logprob`` mode the chosen letter's probability, in ``generate``
-        mode the generated text's, scored after its prefix."""
+    def _answers(self, items: list[tuple[MultipleChoiceQuestion, str, dict[str, Any]]]) -> list[_Said]:
+        """What M says for each (question, assistant prefix, meta) in the configured answer mode. The sequence
+        score is the answer tokens' geometric-mean probability, exp(mean log-prob), as Self-RAG adds it to a
+        segment's score: in ``logprob`` mode the chosen letter's probability, in ``generate`` mode that of the
+        reply M wrote (its reflective tokens included), scored after its prefix."""
         if not items:
             return []
         if self.cfg.answer_mode == "logprob":
-            out: list[tuple[str | None, str, float]] = [(None, "", 0.0)] * len(items)
+            out: list[_Said] = [_Said(None, "", 0.0, "")] * len(items)
             groups: dict[tuple[str, ...], list[int]] = {}
             for i, (q, _, _) in enumerate(items):
                 groups.setdefault(tuple(q.options), []).append(i)
@@ -267,58 +317,117 @@ class SelfBioRAG:
                 for i, lp in zip(idx, self.backend.next_token_logprobs(reqs, [f" {x}" for x in letters])):
                     q = items[i][0]
                     letter = max(letters, key=lambda x: lp.get(f" {x}", float("-inf")))
-                    out[i] = (letter, f"{self.cfg.answer_prefix} {letter}: {q.options[letter]}.",
-                              math.exp(lp.get(f" {letter}", float("-inf"))))
+                    text = f"{self.cfg.answer_prefix} {letter}: {q.options[letter]}."
+                    out[i] = _Said(letter, text, math.exp(lp.get(f" {letter}", float("-inf"))), text)
             return out
         reqs = [self._request(q, prefix, "answer_mcq", **meta) for q, prefix, meta in items]
         gens = self.backend.generate(reqs, self.params)
-        texts, counts = [], []
+        raws, counts, cut = [], [], []
         for (q, _, _), g in zip(items, gens):
             if g and g[0].error is not None:
                 self._errors.setdefault(q.id, g[0].error)
-            texts.append(_REFLECTIVE.split(g[0].text)[0].strip() if g and g[0].error is None else "")
+            raws.append(g[0].text if g and g[0].error is None else "")
             counts.append(g[0].tokens if g else 0)
+            cut.append(bool(g) and g[0].finish_reason == "length")
         seqs = [0.0] * len(items)
-        scored = [i for i, t in enumerate(texts) if t] if self.cfg.use_seqscore else []
-        for i, total in zip(scored, self.backend.score([reqs[i] for i in scored], [texts[i] for i in scored])
+        scored = [i for i, t in enumerate(raws) if t.strip()] if self.cfg.use_seqscore else []
+        for i, total in zip(scored, self.backend.score([reqs[i] for i in scored], [raws[i] for i in scored])
                             if scored else []):
             seqs[i] = math.exp(total / max(counts[i], 1))
-        return [(read_option(t, q.options), t, s) for (q, _, _), t, s in zip(items, texts, seqs)]
+        texts = [" ".join(_REFLECTIVE.sub(" ", r).split()) for r in raws]
+        return [_Said(read_option(t, q.options), t, s, r, c)
+                for (q, _, _), t, s, r, c in zip(items, texts, seqs, raws, cut)]
 
-    def _judge(self, questions: Sequence[MultipleChoiceQuestion], passages: Sequence[Sequence[Passage]]
-               ) -> list[list[Candidate]]:
-        """Score every (question, passage) branch; REL, answer, SUP and USE each take one batched call."""
-        branches = [(qi, p) for qi, ps in enumerate(passages) for p in ps]
-        heads = [RETRIEVE + PARAGRAPH_OPEN + prompts.evidence_text(p) + PARAGRAPH_CLOSE for _, p in branches]
-        metas = [{"passage_id": prompts.passage_ref(p)} for _, p in branches]
-        rel = self.backend.next_token_logprobs(
-            [self._request(questions[qi], h, "relevance", **m) for (qi, _), h, m in zip(branches, heads, metas)],
-            list(RELEVANCE_LABELS))
-        rel_tok = [_best(lp, RELEVANCE_LABELS) for lp in rel]
-        answers = self._answers([(questions[qi], h + t, m) for (qi, _), h, t, m in zip(branches, heads, rel_tok, metas)])
-        after = [h + t + text for h, t, (_, text, _) in zip(heads, rel_tok, answers)]
-        # SUP is judged only after evidence the generator found relevant (the training layout writes no SUP after
-        # [Irrelevant]); an irrelevant branch gets s_sup = 0 and its USE is read right after the answer
-        judged = [i for i, t in enumerate(rel_tok) if t == RELEVANT]
-        sup: list[dict[str, float] | None] = [None] * len(branches)
-        got = self.backend.next_token_logprobs(
-            [self._request(questions[branches[i][0]], after[i], "support", answer=answers[i][1], **metas[i])
-             for i in judged], list(SUPPORT_LABELS)) if judged else []
-        for i, lp in zip(judged, got):
-            sup[i] = lp
-        sup_tok = [_best(lp, SUPPORT_LABELS) if lp is not None else "" for lp in sup]
-        use = self.backend.next_token_logprobs(
-            [self._request(questions[qi], a + s, "utility", answer=text, **m)
-             for (qi, _), a, s, (_, text, _), m in zip(branches, after, sup_tok, answers, metas)],
-            list(UTILITY_LABELS))
-        out: list[list[Candidate]] = [[] for _ in questions]
+    def _judge(self, questions: Sequence[MultipleChoiceQuestion], steps: Sequence[tuple[_Path, Passage]],
+               last: bool = True) -> list[tuple[_Path, bool]]:
+        """Write one more segment on each (path, passage) step: REL after the evidence, the answer, SUP and USE
+        each take one batched call. Returns each step's extended path and whether M asks to retrieve again (only
+        read when the segment is not the ``last`` the tree allows)."""
         c = self.cfg
-        for (qi, p), r, rt, (letter, text, seq), s, u in zip(branches, rel, rel_tok, answers, sup, use):
+        heads = [path.reply + RETRIEVE + PARAGRAPH_OPEN + prompts.evidence_text(p) + PARAGRAPH_CLOSE
+                 for path, p in steps]
+        metas = [{"passage_id": prompts.passage_ref(p)} for _, p in steps]
+        qs = [questions[path.qi] for path, _ in steps]
+        rel = self.backend.next_token_logprobs(
+            [self._request(q, h, "relevance", **m) for q, h, m in zip(qs, heads, metas)], list(RELEVANCE_LABELS))
+        rel_tok = [_best(lp, RELEVANCE_LABELS) for lp in rel]
+        said = self._answers([(q, h + t, m) for q, h, t, m in zip(qs, heads, rel_tok, metas)])
+        after = [h + t + a.raw for h, t, a in zip(heads, rel_tok, said)]
+        n = len(steps)
+        # SUP: in generate mode where M wrote its first support token (none written: 0, as the reference); in
+        # logprob mode after the answer, only after evidence found relevant (the training layout writes no SUP
+        # after [Irrelevant])
+        sup_at: list[str | None] = [None] * n
+        for i, (h, t, a) in enumerate(zip(heads, rel_tok, said)):
+            if c.answer_mode == "generate":
+                pos = _first(a.raw, SUPPORT_LABELS)
+                sup_at[i] = None if pos is None else h + t + a.raw[:pos]
+            elif t == RELEVANT:
+                sup_at[i] = after[i]
+        sup = self._read(qs, sup_at, "support", said, metas, SUPPORT_LABELS)
+        # USE: where M wrote its first utility token, else where its reply ended; a reply that stopped to ask for
+        # [Retrieval] again writes none (s_use = 0) and, below the depth limit, is continued
+        use_at: list[str | None] = []
+        for i, (h, t, a) in enumerate(zip(heads, rel_tok, said)):
+            if c.answer_mode == "generate":
+                pos = _first(a.raw, UTILITY_LABELS)
+                use_at.append(after[i] if pos is None else h + t + a.raw[:pos])
+            else:
+                use_at.append(after[i] + (_best(sup[i], SUPPORT_LABELS) if sup[i] is not None else ""))
+        open_end = [c.answer_mode == "generate" and not last and _first(a.raw, UTILITY_LABELS) is None and not a.cut
+                    for a in said]
+        labels = list(UTILITY_LABELS)
+        use = self._read(qs, use_at, "utility", said, metas, labels, extra=[RETRIEVE] if any(open_end) else [])
+        out: list[tuple[_Path, bool]] = []
+        for i, ((path, p), r, rt, a, s, u) in enumerate(zip(steps, rel, rel_tok, said, sup, use)):
+            asks = open_end[i] and u is not None and _best(u, (RETRIEVE, *UTILITY_LABELS)) == RETRIEVE
             s_sup = support_score(_probs(s)) if s is not None else 0.0
-            s_rel, s_use = relevance_score(_probs(r)), utility_score(_probs(u))
-            score = (seq if c.use_seqscore else 0.0) + c.w_rel * s_rel + c.w_sup * s_sup + c.w_use * s_use
-            out[qi].append(Candidate(p.id, rt, s_rel, s_sup, s_use, seq, score, letter, text))
+            s_rel = relevance_score(_probs(r))
+            s_use = utility_score(_probs(u)) if u is not None and not asks else 0.0
+            score = (a.seq if c.use_seqscore else 0.0) + c.w_rel * s_rel + c.w_sup * s_sup + c.w_use * s_use
+            text = f"{path.text} {a.text}".strip()
+            letter = read_option(text, path.options) if c.answer_mode == "generate" else a.letter
+            cand = Candidate(path.first or p.id, rt, s_rel, s_sup, s_use, a.seq, path.score * score, letter, text,
+                             path.depth + 1)
+            out.append((_Path(path.qi, after[i], cand.passage_id, cand.score, text, cand.depth, path.options, cand),
+                        asks))
         return out
+
+    def _read(self, qs: Sequence[MultipleChoiceQuestion], at: Sequence[str | None], task: str,
+              said: Sequence[_Said], metas: Sequence[dict[str, Any]], labels: Sequence[str],
+              extra: Sequence[str] = ()) -> list[dict[str, float] | None]:
+        """M's distribution over ``labels`` (and ``extra``) after each prefix; None where there is no prefix."""
+        idx = [i for i, prefix in enumerate(at) if prefix is not None]
+        got = self.backend.next_token_logprobs(
+            [self._request(qs[i], at[i], task, answer=said[i].text, **metas[i]) for i in idx],
+            [*labels, *extra]) if idx else []
+        out: list[dict[str, float] | None] = [None] * len(at)
+        for i, lp in zip(idx, got):
+            out[i] = lp
+        return out
+
+    def _search(self, questions: Sequence[MultipleChoiceQuestion], passages: Sequence[Sequence[Passage]]
+                ) -> list[list[Candidate]]:
+        """Every finished path's candidate for each question: one segment per passage, and in ``generate`` mode
+        with ``max_depth`` > 1 the paths that ask for more evidence continued, the ``beam_width`` best of each
+        question's at each depth, with each of its passages (the same ones: the reference's static decoder)."""
+        c = self.cfg
+        limit = c.max_depth if c.answer_mode == "generate" else 1
+        ends: list[list[Candidate]] = [[] for _ in questions]
+        frontier = [(_Path(qi, options=questions[qi].options), p) for qi, ps in enumerate(passages) for p in ps]
+        for depth in range(1, limit + 1):
+            open_paths: dict[int, list[_Path]] = {}
+            for path, asks in self._judge(questions, frontier, last=depth == limit):
+                if asks:
+                    open_paths.setdefault(path.qi, []).append(path)
+                else:
+                    ends[path.qi].append(path.candidate)  # type: ignore[arg-type]
+            frontier = [(path, p) for qi, paths in open_paths.items()
+                        for path in sorted(paths, key=lambda x: x.score, reverse=True)[:c.beam_width]
+                        for p in passages[qi]]
+            if not frontier:
+                break
+        return ends
 
     # ------------------------------------------------------------------------------------------- answer
     def answer(self, questions: Sequence[MultipleChoiceQuestion]) -> list[SelfBioRAGOutput]:
@@ -335,16 +444,16 @@ class SelfBioRAG:
         with_ev = [i for i, r in enumerate(retrieve) if r]
         without = [i for i, r in enumerate(retrieve) if not r]
         outs: list[SelfBioRAGOutput | None] = [None] * len(questions)
-        for i, (letter, text, _) in zip(without, self._answers([(questions[i], NO_RETRIEVE, {}) for i in without])):
-            outs[i] = self._output(questions[i], letter, text, False, p_ret[i], [], [])
+        for i, a in zip(without, self._answers([(questions[i], NO_RETRIEVE, {}) for i in without])):
+            outs[i] = self._output(questions[i], a.letter, a.text, False, p_ret[i], [], [])
         for start in range(0, len(with_ev), QUESTIONS_PER_PASS):
             part = with_ev[start:start + QUESTIONS_PER_PASS]
             passages = self.kb.search_sources([questions[i].question for i in part], c.top_k, sources=c.sources,
                                               per_source_k=c.per_source_k, method=c.method)
-            for i, ps, cands in zip(part, passages, self._judge([questions[i] for i in part], passages)):
+            for i, ps, cands in zip(part, passages, self._search([questions[i] for i in part], passages)):
                 if not cands:  # nothing retrieved: answer as without evidence, and say so
-                    (letter, text, _), = self._answers([(questions[i], NO_RETRIEVE, {})])
-                    out = self._output(questions[i], letter, text, True, p_ret[i], [], [])
+                    (a,) = self._answers([(questions[i], NO_RETRIEVE, {})])
+                    out = self._output(questions[i], a.letter, a.text, True, p_ret[i], [], [])
                     out.problem = out.problem or "retrieval returned no passage"
                     outs[i] = out
                     continue

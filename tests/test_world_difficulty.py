@@ -129,6 +129,29 @@ def test_no_knowledge_sets_the_share_of_instructions_that_need_no_retrieval() ->
     assert {"rewrite", "summary"} <= {ex.metadata["task"] for ex in every}
 
 
+def test_instruction_mcqs_that_need_no_retrieval_are_answered_from_their_own_text() -> None:
+    """The harder worlds' no-knowledge instructions include multiple-choice questions (a computation on numbers the
+    question states, a general definition), so not every multiple-choice instruction needs retrieval; each is
+    labelled [No Retrieval] and its output names the option its own text gives."""
+    from omnimed.data.world.instructions import GLOSSARY
+
+    every = build_world(seed=3, size="tiny", difficulty={**HARD, "no_knowledge": 1.0}).instructions
+    mcqs = [ex for ex in every if ex.metadata["task"] == "mcq"]
+    assert {ex.metadata["kind"] for ex in mcqs} == {"mcq_computation", "mcq_definition"}
+    defined = dict(GLOSSARY)
+    for ex in mcqs:
+        stem, *lines = ex.input.split("\n")
+        options = dict(line.split(". ", 1) for line in lines)
+        letter = re.match(r"The answer is ([A-D]): ", ex.output).group(1)
+        if ex.metadata["kind"] == "mcq_computation":
+            assert options[letter] == _compute(stem), ex.input
+        else:
+            assert options[letter] == defined[re.search(r"defines '(.+)'", stem).group(1)], ex.input
+        assert ex.labels.retrieval == "[No Retrieval]" and not ex.metadata["needs_retrieval"]
+    retrieved = build_world(seed=3, size="tiny", difficulty={**HARD, "no_knowledge": 0.0}).instructions
+    assert any(ex.metadata["task"] == "mcq" for ex in retrieved)  # multiple-choice instructions that need retrieval
+
+
 @pytest.mark.parametrize("bad", [{"aliases": 1.5}, {"twins": -0.1}, {"multihop": 0.6, "self_contained": 0.6}])
 def test_bad_knob_values_are_refused_naming_the_key(bad: dict) -> None:
     with pytest.raises(ValueError, match="world_difficulty"):

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from omnimed.data.records import InstructionExample, Passage, ReflectiveLabels
 from omnimed.data.world.model import WorldModel
 from omnimed.data.world.oracle import Oracle
-from omnimed.data.world.questions import DATASET, LETTERS, FactIndex, Item, item_metadata
+from omnimed.data.world.questions import DATASET, LETTERS, FactIndex, Item, computation_question, item_metadata
 
 # wording templates per relation: (instruction, input) pairs; the output pattern is fixed per relation
 PROMPTS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -220,16 +220,23 @@ def _retrieval_example(
 
 
 #: no-knowledge kinds of the easy world (``tiny``), arithmetic twice as likely; harder worlds add rewriting and
-#: summarising text given in the input
+#: summarising text given in the input, and multiple-choice questions answered from their own text (a computation
+#: on numbers the question states, a general definition), as real instruction sets hold: without them every
+#: multiple-choice instruction needs retrieval, and a generator learns to retrieve for any multiple-choice question
 GENERAL_KINDS: tuple[str, ...] = ("definition", "arithmetic", "arithmetic", "extraction")
-GENERAL_KINDS_HARD: tuple[str, ...] = (*GENERAL_KINDS, "rewrite", "summary")
+GENERAL_KINDS_HARD: tuple[str, ...] = (*GENERAL_KINDS, "rewrite", "summary", "mcq_computation", "mcq_computation",
+                                       "mcq_definition", "mcq_definition")
 
 
 def _general_example(ex_id: str, m: WorldModel, rng: random.Random, split: str,
                      kinds: tuple[str, ...] = GENERAL_KINDS_HARD) -> InstructionExample:
     """One no-retrieval example: a definition, an arithmetic task on its input, or an extraction from its input."""
     kind = rng.choice(kinds)
-    if kind in ("rewrite", "summary"):
+    task = kind
+    if kind.startswith("mcq_"):
+        instruction, inp, output = _general_mcq(kind, m, rng)
+        task = "mcq"
+    elif kind in ("rewrite", "summary"):
         instruction, inp, output = (_rewrite if kind == "rewrite" else _summary)(m, rng)
     elif kind == "definition":
         word, sentence = GLOSSARY[rng.randrange(len(GLOSSARY))]
@@ -249,8 +256,25 @@ def _general_example(ex_id: str, m: WorldModel, rng: random.Random, split: str,
         output=output,
         dataset=DATASET,
         labels=ReflectiveLabels(retrieval="[No Retrieval]", utility="[Utility:5]"),
-        metadata={"fictional": True, "kind": kind, "needs_retrieval": False, "task": kind, "split": split},
+        metadata={"fictional": True, "kind": kind, "needs_retrieval": False, "task": task, "split": split},
     )
+
+
+def _general_mcq(kind: str, m: WorldModel, rng: random.Random) -> tuple[str, str, str]:
+    """A multiple-choice instruction answered from its own text: ``mcq_computation`` one of the self-contained
+    test questions' computations (:func:`computation_question`), ``mcq_definition`` which sentence defines a
+    general word (the other options define other words)."""
+    if kind == "mcq_computation":
+        stem, options, answer = computation_question(m.drugs[rng.randrange(len(m.drugs))], rng.randrange(3), rng)
+    else:
+        picked = rng.sample(range(len(GLOSSARY)), 4)
+        word, answer = GLOSSARY[picked[0]]
+        options = [GLOSSARY[i][1] for i in picked]
+        rng.shuffle(options)
+        stem = f"Which statement defines '{word}'?"
+    letter = LETTERS[options.index(answer)]
+    opts = "\n".join(f"{LETTERS[j]}. {o}" for j, o in enumerate(options))
+    return rng.choice(MCQ_INSTRUCTIONS), f"{stem}\n{opts}", f"The answer is {letter}: {answer.rstrip('.')}."
 
 
 def _rewrite(m: WorldModel, rng: random.Random) -> tuple[str, str, str]:

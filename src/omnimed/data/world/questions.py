@@ -15,7 +15,7 @@ from functools import partial
 
 from omnimed.data.records import SOURCE_KINDS, MultipleChoiceQuestion, OpenQuestion, Passage
 from omnimed.data.world.difficulty import Difficulty
-from omnimed.data.world.model import Disease, WorldModel
+from omnimed.data.world.model import Disease, Drug, WorldModel
 
 DATASET = "omnimed-world"
 #: single-fact kinds, round-robin in every world; the last two come with the difficulty knobs
@@ -429,39 +429,45 @@ SELF_CONTAINED_RANGE = ("above the reference range", "within the reference range
                         "cannot be judged without the guideline")
 
 
+def computation_question(dr: Drug, form: int, rng: random.Random) -> tuple[str, list[str], str]:
+    """(stem, options, answer) of a question answered from numbers it states about drug ``dr``: ``form`` 0 a
+    result against its stated reference range, 1 what remains of a dose after whole half-lives, 2 a total daily
+    dose. Four options or fewer, shuffled, the answer among them."""
+    drug = dr.entity.name
+    if form == 0:
+        lo = rng.randint(5, 40)
+        hi = lo + rng.randint(20, 80)
+        value = rng.choice((rng.randint(hi + 5, hi * 2), rng.randint(lo, hi), rng.randint(1, max(1, lo - 2))))
+        answer = SELF_CONTAINED_RANGE[0 if value > hi else 1 if value >= lo else 2]
+        stem = (f"A patient taking {drug} has a serum {dr.target.name} activity of {value} U/L. The "
+                f"laboratory's reference range is {lo}-{hi} U/L. How is this result best described?")
+        options = list(SELF_CONTAINED_RANGE)
+    elif form == 1:
+        k = rng.randint(1, 4)
+        answer = f"{100 / 2 ** k:g}%"
+        stem = (f"{drug} has a plasma half-life of {dr.half_life} hours. If a single dose is taken and nothing "
+                f"more, what percentage of it is still in the body {k * dr.half_life} hours later?")
+        options = [f"{100 / 2 ** j:g}%" for j in range(5)]
+    else:
+        doses, mg = rng.randint(2, 4), rng.choice((5, 10, 20, 25, 50))
+        answer = f"{doses * mg} mg"
+        stem = f"{drug} is prescribed as {doses} doses of {mg} mg per day. What total daily dose is that?"
+        options = [f"{x} mg" for x in dict.fromkeys((doses * mg, (doses + 1) * mg, (doses - 1) * mg, mg,
+                                                     2 * doses * mg))]
+    rng.shuffle(options)
+    options = options[:4] if answer in options[:4] else [answer, *options[:3]]
+    rng.shuffle(options)
+    return stem, options, answer
+
+
 def make_self_contained(m: WorldModel, n: int, rng: random.Random, split_of: Callable[[str], str],
                         first_number: int) -> list[MultipleChoiceQuestion]:
-    """``n`` MCQs whose answer follows from numbers stated in the question (a result against its stated reference
-    range, what remains of a dose after whole half-lives, a total daily dose): no passage is needed, and the
-    drug they name only makes retrieval bring noise."""
+    """``n`` MCQs whose answer follows from numbers stated in the question (:func:`computation_question`, the
+    three forms in turn): no passage is needed, and the drug they name only makes retrieval bring noise."""
     out: list[MultipleChoiceQuestion] = []
     for i in range(n):
         dr = m.drugs[rng.randrange(len(m.drugs))]
-        drug = dr.entity.name
-        form = i % 3
-        if form == 0:
-            lo = rng.randint(5, 40)
-            hi = lo + rng.randint(20, 80)
-            value = rng.choice((rng.randint(hi + 5, hi * 2), rng.randint(lo, hi), rng.randint(1, max(1, lo - 2))))
-            answer = SELF_CONTAINED_RANGE[0 if value > hi else 1 if value >= lo else 2]
-            stem = (f"A patient taking {drug} has a serum {dr.target.name} activity of {value} U/L. The "
-                    f"laboratory's reference range is {lo}-{hi} U/L. How is this result best described?")
-            options = list(SELF_CONTAINED_RANGE)
-        elif form == 1:
-            k = rng.randint(1, 4)
-            answer = f"{100 / 2 ** k:g}%"
-            stem = (f"{drug} has a plasma half-life of {dr.half_life} hours. If a single dose is taken and nothing "
-                    f"more, what percentage of it is still in the body {k * dr.half_life} hours later?")
-            options = [f"{100 / 2 ** j:g}%" for j in range(5)]
-        else:
-            doses, mg = rng.randint(2, 4), rng.choice((5, 10, 20, 25, 50))
-            answer = f"{doses * mg} mg"
-            stem = f"{drug} is prescribed as {doses} doses of {mg} mg per day. What total daily dose is that?"
-            options = [f"{x} mg" for x in dict.fromkeys((doses * mg, (doses + 1) * mg, (doses - 1) * mg, mg,
-                                                         2 * doses * mg))]
-        rng.shuffle(options)
-        options = options[:4] if answer in options[:4] else [answer, *options[:3]]
-        rng.shuffle(options)
+        stem, options, answer = computation_question(dr, i % 3, rng)
         letter = LETTERS[options.index(answer)]
         values = {f"value:{o}": o for o in options}
         out.append(MultipleChoiceQuestion(

@@ -263,3 +263,22 @@ def test_evaluate_qa_on_open_questions_writes_statement_metrics(tmp_path):
     assert m["statement_correct_ratio"] == 1.0 and "accuracy" not in m and m["n"] == 6
     rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
     assert all(r["labels"] and set(r["labels"]) == {"correct"} for r in rows)
+
+
+def test_a_mixed_world_key_takes_its_kinds_in_turn_and_a_bad_part_is_named():
+    """`world_mcq_treatment+self_contained`: a column whose paper benchmark mixes questions that need retrieval with
+    ones that do not; any first n hold the kinds in equal shares, each in its own order; a part that is not a kind
+    is refused before anything runs, naming the kinds."""
+    from omnimed.evaluation.datasets import DatasetRequest, dataset_holds, dataset_status, load_eval_dataset
+
+    req = DatasetRequest("world_mcq_treatment+self_contained", limit=6, world_size="small")
+    mixed = load_eval_dataset(req)
+    assert [q.metadata["kind"] for q in mixed] == ["treatment", "self-contained"] * 3
+    alone = load_eval_dataset(DatasetRequest("world_mcq_self_contained", limit=3, world_size="small"))
+    assert [q.id for q in mixed[1::2]] == [q.id for q in alone] and all(q.split == "test" for q in mixed)
+    assert dataset_status("qa", req.key) == ("known", "")
+    assert dataset_holds(req.key) == "world treatment + self-contained MCQs in turn"
+    status, why = dataset_status("qa", "world_mcq_treatment+dosage")
+    assert status == "unknown" and "dosage" in why and "self_contained" in why
+    with pytest.raises(ValueError, match="dosage"):
+        load_eval_dataset(DatasetRequest("world_mcq_treatment+dosage", world_size="small"))

@@ -2,6 +2,8 @@
 
 Miniature keys: ``world_mcq`` / ``world_open`` (the synthetic world's questions), ``world_mcq_<kind>`` (one
 question kind: diagnosis, treatment, mechanism, research_finding, examination, multi_hop, self_contained),
+``world_mcq_<kind>+<kind>..`` (several kinds taken in turn, so any first n hold them in equal shares: a column whose
+paper benchmark mixes questions that need retrieval with ones that do not),
 ``pubmedqa_real``,
 ``mmlu_med_val`` (the six MMLU-Med validation subjects) and one key per subject (``mmlu_anatomy_val`` ..
 ``mmlu_professional_medicine_val``), and ``longform_real`` (the real small files under ``OMNIMED_REALDATA``).
@@ -133,8 +135,23 @@ _RETRIEVAL_HOLDS: dict[str, str] = {"world": "world question -> gold passage",
                                        for key, kind in WORLD_KIND_QUERIES.items()}}
 
 
+def world_kinds(key: str) -> list[str] | None:
+    """The question kinds of a mixed world key (``world_mcq_treatment+self_contained``), None for any other key;
+    a part that is not a kind raises, naming the kinds."""
+    if not key.startswith("world_mcq_") or "+" not in key:
+        return None
+    parts = key.removeprefix("world_mcq_").split("+")
+    bad = [part for part in parts if f"world_mcq_{part}" not in WORLD_KIND_KEYS]
+    if bad or len(set(parts)) < len(parts):
+        raise ValueError(f"dataset {key!r}: {', '.join(bad) or 'a kind named twice'}; expected distinct kinds of "
+                         f"{', '.join(k.removeprefix('world_mcq_') for k in WORLD_KIND_KEYS)} joined by '+'")
+    return [WORLD_KIND_KEYS[f"world_mcq_{part}"] for part in parts]
+
+
 def dataset_holds(key: str, task: str = "qa") -> str:
     """What the dataset ``key`` of ``task`` holds, in a few words (the key itself for a paper benchmark)."""
+    if task == "qa" and (kinds := world_kinds(key)):
+        return f"world {' + '.join(kinds)} MCQs in turn"
     return (_RETRIEVAL_HOLDS if task == "retrieval" else _HOLDS).get(key, key)
 
 
@@ -167,6 +184,12 @@ def dataset_status(task: str, key: str) -> tuple[str, str]:
     is known)`` for one dataset key of ``task``."""
     if task == "critic_accuracy" or key in known_datasets(task):
         return "known", ""
+    if task == "qa" and key.startswith("world_mcq_") and "+" in key:
+        try:
+            world_kinds(key)
+        except ValueError as exc:
+            return "unknown", str(exc)
+        return "known", ""
     if key in PENDING:
         return "pending", PENDING[key]
     return "unknown", f"known for task={task}: {', '.join(known_datasets(task))}"
@@ -183,6 +206,8 @@ def load_eval_dataset(req: DatasetRequest) -> list[Question]:
     }
     if req.key in PENDING:
         raise ValueError(f"dataset {req.key!r}: {PENDING[req.key]}")
+    if kinds := world_kinds(req.key):
+        loaders[req.key] = lambda r: _in_turn([_world(r, "mcq", kind) for kind in kinds])
     if req.key not in loaders:
         raise ValueError(f"unknown dataset {req.key!r}; known: {', '.join(known_datasets())}")
     questions = loaders[req.key](req)
@@ -211,6 +236,11 @@ def _world(req: DatasetRequest, kind: str, question_kind: str | None = None) -> 
     pool = world.questions if kind == "mcq" else world.open_questions
     return [q for q in pool if (req.split is None or q.split == req.split)
             and (question_kind is None or q.metadata.get("kind") == question_kind)]
+
+
+def _in_turn(groups: list[list[Question]]) -> list[Question]:
+    """One question of each group in turn (each group in its order) until the shortest runs out."""
+    return [q for row in zip(*groups) for q in row]
 
 
 def _questions(records) -> list[Question]:

@@ -253,6 +253,19 @@ def test_a_run_that_crashes_in_fit_still_has_its_config_and_versions(tmp_path):
     assert not (run / "hf").exists()
 
 
+def test_a_short_run_trains_the_steps_it_is_given_and_validates(tmp_path):
+    """`trainer.max_steps=10` on world_tiny (an epoch of a few batches) trains 10 steps, not one epoch, and a run
+    shorter than the validation interval (20) still logs val/loss, at its last step."""
+    train(tmp_path, "model=tiny-llama", "data=world_tiny", "trainer.max_steps=10", "logger=csv", "run_name=short",
+          f"hydra.run.dir={tmp_path}/short")
+    metrics = json.loads((tmp_path / "short" / "metrics.json").read_text())
+    assert metrics["train/steps"] == 10 and "val/loss" in metrics
+    import csv
+
+    rows = list(csv.DictReader((tmp_path / "short" / "csv" / "short" / "metrics.csv").open()))
+    assert [int(r["step"]) for r in rows if r.get("val/loss")] == [9]  # Lightning counts steps from 0
+
+
 def test_resume_without_a_checkpoint_says_where_it_looked(tmp_path):
     res = train(tmp_path, *TINY, "run_name=nothing", "ckpt_path=last", check=False)
     assert res.returncode != 0 and "nothing/lightning/last.ckpt" in res.stderr

@@ -171,6 +171,16 @@ def _split_of(record) -> str | None:
     return getattr(record, "split", None) or getattr(record, "metadata", {}).get("split")
 
 
+def _val_every(trainer_cfg) -> int | float | None:
+    """Lightning's ``val_check_interval``: whole training batches above 1, capped at the run's (``max_steps`` x
+    ``accumulate_grad_batches``: a 10-step run with the default interval of 20 validates at step 10); a fraction of
+    an epoch or None as given."""
+    vci, steps = trainer_cfg.val_check_interval, trainer_cfg.max_steps
+    if not vci or vci <= 1:
+        return vci
+    return int(min(vci, steps * trainer_cfg.accumulate_grad_batches)) if steps > 0 else int(vci)
+
+
 def _callbacks(cfg: TrainConfig, ckpt_dir: Path, history):
     from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 
@@ -184,6 +194,8 @@ def _callbacks(cfg: TrainConfig, ckpt_dir: Path, history):
         save_last=True,
         save_top_k=1,
     )
+    # with max_epochs -1 (the default trainer), Lightning's bars count the epoch's batches or the steps left,
+    # whichever is fewer, so a 20-step run shows 20 and its ETA
     bar = RichProgressBar() if sys.stderr.isatty() else TQDMProgressBar(refresh_rate=10)
     return [ckpt, RNGStateCallback(), history, bar]
 
@@ -303,9 +315,10 @@ def train(
         accumulate_grad_batches=cfg.trainer.accumulate_grad_batches,
         gradient_clip_val=cfg.trainer.gradient_clip_val if cfg.strategy.name != "deepspeed" else None,
         log_every_n_steps=cfg.trainer.log_every_n_steps,
-        # > 1 means "every N training steps", counted across epochs; <= 1 is a fraction of an epoch
-        val_check_interval=int(vci) if (vci := cfg.trainer.val_check_interval) and vci > 1 else vci,
-        check_val_every_n_epoch=None if vci and vci > 1 else 1,
+        # > 1 means "every N training steps", counted across epochs (at most the run's steps, so a run shorter
+        # than the interval still validates at its end); <= 1 is a fraction of an epoch
+        val_check_interval=_val_every(cfg.trainer),
+        check_val_every_n_epoch=None if (vci := cfg.trainer.val_check_interval) and vci > 1 else 1,
         limit_val_batches=cfg.trainer.limit_val_batches,
         deterministic=cfg.trainer.deterministic,
         fast_dev_run=cfg.debug.fast_dev_run,

@@ -266,6 +266,23 @@ def test_a_short_run_trains_the_steps_it_is_given_and_validates(tmp_path):
     assert [int(r["step"]) for r in rows if r.get("val/loss")] == [9]  # Lightning counts steps from 0
 
 
+def test_a_tiny_run_prints_each_line_once_and_no_notice_a_user_cannot_act_on(tmp_path):
+    """Lightning's INFO lines once (Hydra's stdout handler, not also Lightning's stderr one), no cloud-logger
+    advertisement, no deprecation warnings from inside the libraries, no W&B 'anonymous' warning, and the summary's
+    paths in full (folded, not cut at 80 columns)."""
+    res = train(tmp_path, "model=tiny-llama", "data=world_tiny", "trainer.max_steps=3", "run_name=quiet")
+    text = res.stdout + res.stderr
+    lines = [re.sub(r"^\[[^]]*\]\[[^]]*\]\[\w+\] - ", "", line).removeprefix("INFO: ").strip()
+             for line in text.splitlines()]
+    lines = [line for line in lines if line and "it/s" not in line and not set(line) <= set("─┌┐└┘┬┴│ ")]
+    assert [line for line in lines if lines.count(line) > 1] == []
+    assert "GPU available" in text
+    for noise in ("litlogger", "anonymous", "FutureWarning", "deprecated"):
+        assert noise not in text, noise
+    folded = "".join(res.stderr.split()).replace("│", "")  # the table without its borders and line breaks
+    assert str(tmp_path / "checkpoints" / "sft" / "quiet" / "lightning" / "last.ckpt") in folded
+
+
 def test_resume_without_a_checkpoint_says_where_it_looked(tmp_path):
     res = train(tmp_path, *TINY, "run_name=nothing", "ckpt_path=last", check=False)
     assert res.returncode != 0 and "nothing/lightning/last.ckpt" in res.stderr

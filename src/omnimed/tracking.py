@@ -110,7 +110,7 @@ def build_logger(
         from lightning.pytorch.loggers import WandbLogger
 
         os.environ.setdefault("WANDB_SILENT", "true")
-        return WandbLogger(
+        logger = WandbLogger(
             project=project,
             entity=entity,
             name=run_name,
@@ -120,6 +120,10 @@ def build_logger(
             save_dir=str(save_dir),
             mode=wandb_mode(),
         )
+        # Lightning passes anonymous=None to wandb.init, which W&B now warns about on every run; not setting it
+        # is the same run without the warning
+        logger._wandb_init.pop("anonymous", None)
+        return logger
     raise ValueError(f"unknown logger {name!r}; expected one of {', '.join(LOGGERS)}")
 
 

@@ -21,6 +21,8 @@ register_train_configs()
 
 def print_summary(result) -> None:
     table = Table(title="omnimed-train: done", show_header=False)
+    table.add_column(no_wrap=True)
+    table.add_column(overflow="fold")  # paths in full, folded at the console's width, never cut
     table.add_row("checkpoint", str(result.run_dir / "lightning" / "last.ckpt"))
     if result.hf_dir is not None:
         table.add_row("HF export", str(result.hf_dir))
@@ -41,8 +43,10 @@ def print_summary(result) -> None:
 def main(cfg: DictConfig) -> float | None:
     from hydra.types import RunMode
 
+    from omnimed.cli.quiet import quiet_console
     from omnimed.training.engine import train
 
+    quiet_console()
     hc = HydraConfig.get()
     job_num = hc.job.num if hc.mode == RunMode.MULTIRUN else None  # sweep jobs get distinct default run names
     result = train(cfg, output_dir=hc.runtime.output_dir, job_num=job_num)

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException, MissingConfigException
@@ -341,6 +342,27 @@ def test_joblib_sweep_runs_both_jobs(tmp_path):
     runs = sorted((tmp_path / "checkpoints" / "sft").iterdir())
     assert [re.fullmatch(r"tiny-llama_world_tiny_s0_j(\d{3})_[0-9a-f]{8}", r.name)[1] for r in runs] == ["000", "001"]
     assert all((r / "hf").is_dir() for r in runs)
+
+
+def test_an_optuna_study_runs_its_trials_in_a_group_of_its_own(tmp_path):
+    """`-m hparams_search=critic`: the critic's preset plus a search space for Hydra's Optuna sweeper; each trial
+    is one run under its own name, Optuna minimises the val/loss each returns, and the trials share the W&B group
+    `optuna-critic` rather than landing among every SFT run."""
+    cfg = _compose("hparams_search=critic")
+    assert cfg.logger.group == "optuna-critic" and cfg.run_name is None and cfg.task.name == "critic"
+    res = subprocess.run(
+        [str(BIN / "omnimed-train"), "-m", "hparams_search=critic", "hydra.sweeper.n_trials=2", "task=sft",
+         "model=tiny-llama", "data=world_tiny", "trainer.max_steps=2", "logger=csv", f"paths.root={tmp_path}",
+         f"hydra.sweep.dir={tmp_path}/sweep"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "WANDB_MODE": "offline"},
+    )
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    metrics = [json.loads(m.read_text()) for m in sorted((tmp_path / "sweep").rglob("metrics.json"))]
+    assert len(metrics) == 2 and all(m["train/steps"] == 2 and "val/loss" in m for m in metrics)
+    best = yaml.safe_load((tmp_path / "sweep" / "optimization_results.yaml").read_text())
+    assert best["best_value"] == pytest.approx(min(m["val/loss"] for m in metrics), rel=1e-4)
+    assert set(best["best_params"]) == {"task.lr", "task.warmup_ratio", "model.lora.r"}
+    assert len(list((tmp_path / "checkpoints" / "sft").iterdir())) == 2  # one run per trial, none refused
 
 
 def test_fast_dev_run_preset_touches_no_checkpoint(tmp_path):

@@ -108,6 +108,15 @@ def evaluated(tmp_path_factory):
     return tmp, res, metrics, rows
 
 
+def test_building_and_searching_the_indexes_prints_no_library_chatter(evaluated):
+    """The evaluation builds BM25, FAISS and the graph and searches them without bm25s's DEBUG lines or FAISS's
+    loader narrating the instruction sets it could not load."""
+    _, res, _, _ = evaluated
+    output = res.stdout + res.stderr
+    for chatter in ("[bm25s][DEBUG]", "faiss.loader", "ModuleNotFoundError"):
+        assert chatter not in output, chatter
+
+
 def test_evaluate_writes_metrics_of_every_method(evaluated):
     _, _, metrics, _ = evaluated
     for method in WORLD_METHODS:

@@ -24,9 +24,11 @@ register_build_configs()
 @hydra.main(config_path=conf_dir(), config_name="build", version_base="1.3")
 @one_line_errors("omnimed-build")  # a bad value, path or stage folder: one line naming it, exit code 2
 def main(cfg: DictConfig) -> None:
+    from omnimed.cli.quiet import quiet_console
     from omnimed.data.artifacts import RunFailed
     from omnimed.generation.types import GenerationError
 
+    quiet_console()
     obj = OmegaConf.to_object(cfg)
     try:
         result = run_stage(obj, log=console.print)

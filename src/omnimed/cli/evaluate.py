@@ -28,11 +28,13 @@ register_evaluate_configs()
 def main(cfg: DictConfig) -> float | None:
     from pathlib import Path
 
+    from omnimed.cli.quiet import quiet_console
     from omnimed.data.artifacts import RunFailed, check_max_failed_share
     from omnimed.evaluation.runner import record_failure, start_run
     from omnimed.evaluation.tasks import get_task
     from omnimed.generation.types import GenerationError
 
+    quiet_console()
     obj = OmegaConf.to_object(cfg)
     task = get_task(obj.task.name)
     check_max_failed_share(obj.max_failed_share)

@@ -39,8 +39,10 @@ def print_report(name: str, report: list[dict]) -> None:
 @hydra.main(config_path=conf_dir(), config_name="index", version_base="1.3")
 @one_line_errors("omnimed-index")  # a missing corpus, file or key: one line naming it, exit code 2
 def main(cfg: DictConfig) -> None:
+    from omnimed.cli.quiet import quiet_console
     from omnimed.knowledge.build import build_knowledge_base
 
+    quiet_console()
     knowledge = OmegaConf.to_object(cfg.knowledge)
     report: list[dict] = []
     build_knowledge_base(knowledge, Path(cfg.paths.root), progress=cfg.progress, report=report)

@@ -194,20 +194,25 @@ def _plot(manifest: TableManifest, records: list[dict[str, object]], path: Path,
     y = np.arange(len(names))
     for ax, col in zip(axes[0], cols):
         mine = {r["row"]: r for r in records if r["column"] == col}
+        holds = column_holds(manifest, preset, col)
         paper = [mine[n]["paper"] if mine[n]["paper"] is not None else np.nan for n in names]
         ours = [mine[n]["ours"] if mine[n]["ours"] is not None else np.nan for n in names]
-        ax.barh(y + 0.2, paper, height=0.4, color="#bbbbbb", label="paper")
+        ax.barh(y + 0.2, paper, height=0.4, color="#bbbbbb", label="paper (its own data)" if holds else "paper")
         err = [[(o - mine[n]["ci_low"]) if mine[n]["ci_low"] is not None else 0 for n, o in zip(names, ours)],
                [(mine[n]["ci_high"] - o) if mine[n]["ci_high"] is not None else 0 for n, o in zip(names, ours)]]
         ax.barh(y - 0.2, ours, height=0.4, color="#3b6ea5", xerr=np.nan_to_num(err), label="ours")
-        holds = column_holds(manifest, preset, col)
         ax.set_title(f"{holds}\n(paper: {col})" if holds else col, fontsize=9)
-        ax.set_xlabel(f"{manifest.metric} (x{manifest.scale:g})", fontsize=8)
+        ax.set_xlabel(f"{manifest.metric_for(col)} (x{manifest.scale_for(col):g})", fontsize=8)
     axes[0][0].set_yticks(y, names, fontsize=7)
     axes[0][0].invert_yaxis()
-    axes[0][-1].legend(fontsize=7, loc="lower right")
-    fig.suptitle(f"{manifest.paper} {manifest.table}", fontsize=10)
-    fig.tight_layout()
+    # below the panels, where it covers no bar
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="lower center", ncol=2, frameon=False)
+    stand_in = any(column_holds(manifest, preset, col) for col in cols)
+    fig.suptitle(f"{manifest.paper} {manifest.table}" + (" (ours on the miniature stand-ins named above each panel, "
+                                                         "the paper's on its benchmark)" if stand_in else ""),
+                 fontsize=10 if not stand_in else 8)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)

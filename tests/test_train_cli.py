@@ -451,3 +451,34 @@ def test_sweep_folder_names_are_one_safe_level_of_bounded_length():
     assert dir_safe("model=tiny-llama,paths.root=/tmp/x/y") == "model=tiny-llama,paths.root=_tmp_x_y"
     a, b = dir_safe("k=" + "a" * 300 + "1"), dir_safe("k=" + "a" * 300 + "2")
     assert len(a) == len(b) == SUBDIR_MAX and a != b  # cut, but two jobs never share a folder
+
+
+def test_compare_draws_loss_curves_shows_swept_values_sorted_and_aggregates_seeds(tmp_path):
+    """omnimed-compare on three tiny runs (two seeds of one setting, one of another): the swept value as a column,
+    rows sorted by val/loss, the seeds of one setting as one row with its mean and 95% interval, and loss curves
+    from the runs' logged histories (W&B offline) drawn against the step."""
+    for seed, lr in ((0, "1e-3"), (1, "1e-3"), (0, "3e-3")):
+        name = f"tiny_s{seed}_lr{lr}"
+        train(tmp_path, "model=tiny-llama", "data=world_tiny", "trainer.max_steps=4", "trainer.val_check_interval=2",
+              f"seed={seed}", f"task.lr={lr}", f"run_name={name}", f"hydra.run.dir={tmp_path}/runs/{name}")
+    out = tmp_path / "cmp"
+    res = subprocess.run([str(BIN / "omnimed-compare"), str(tmp_path / "runs"), "--params", "task.lr",
+                          "--sort", "val/loss", "--metrics", "val/loss", "--out", str(out)],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    import csv
+
+    rows = list(csv.DictReader((out / "compare.csv").open()))
+    losses = [float(r["val/loss"]) for r in rows]
+    assert losses == sorted(losses) and len(rows) == 3 and {r["task.lr"] for r in rows} == {"0.001", "0.003"}
+    assert (out / "compare_curves.png").read_bytes()[:4] == b"\x89PNG"
+    res = subprocess.run([str(BIN / "omnimed-compare"), str(tmp_path / "runs"), "--seeds", "--metrics", "val/loss",
+                          "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = {r["run"]: r for r in csv.DictReader((out / "compare.csv").open())}
+    pair = rows["tiny_lr1e-3 (2 seeds)"]
+    seeds = [json.loads((tmp_path / "runs" / name / "metrics.json").read_text())["val/loss"]
+             for name in ("tiny_s0_lr1e-3", "tiny_s1_lr1e-3")]
+    assert float(pair["val/loss"]) == pytest.approx(sum(seeds) / 2, rel=1e-6)
+    assert float(pair["val/loss/ci95"]) == pytest.approx(12.706 * abs(seeds[0] - seeds[1]) / 2, rel=1e-3)
+    assert "tiny_s0_lr3e-3" in rows  # a setting with one seed stays as it was

@@ -2,6 +2,8 @@
 
     omnimed-compare outputs/evaluate                              # every local run folder and offline W&B run
     omnimed-compare outputs --group omnirag-table4 --metrics accuracy
+    omnimed-compare multirun --params task.lr,model.lora.r --sort val/loss --out cmp   # a sweep, best first
+    omnimed-compare outputs --seeds --metrics val/loss --out cmp  # mean and 95% interval over seeds, curves too
     omnimed-compare --online --project omnimed --group selfbiorag-table6 --tags miniature
 """
 
@@ -30,19 +32,21 @@ def console_table(metrics: list[str], rows: list[list], *, title: str) -> Table:
         return table
     table.add_column("run", no_wrap=True)
     for m in metrics:
-        table.add_column(m, justify="right")
+        table.add_column(m, justify="right", min_width=max(6, min(len(m), 12)), overflow="fold")
     for row in rows:
         table.add_row(row[0], *[_fmt(v) for v in row[1:]])
     return table
 
 
-def _fmt(value: float | None) -> str:
-    return "" if value is None else f"{value:.4g}"
+def _fmt(value: object) -> str:
+    if value is None:
+        return ""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def main(argv: list[str] | None = None) -> int:
     from omnimed.data.artifacts import atomic_write_text
-    from omnimed.tables.compare import comparison_table, local_runs, online_runs, plot, select
+    from omnimed.tables.compare import comparison_table, local_runs, online_runs, over_seeds, plot, plot_curves, select
 
     parser = argparse.ArgumentParser(prog="omnimed-compare", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -53,7 +57,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--online", action="store_true", help="query the W&B server (needs credentials)")
     parser.add_argument("--project", default="omnimed")
     parser.add_argument("--entity")
-    parser.add_argument("--out", type=Path, help="write compare.csv and compare.png here")
+    parser.add_argument("--params", default="", help="comma-separated config keys to show (task.lr,model.lora.r)")
+    parser.add_argument("--sort", help="a metric to sort by, smallest first (-metric: largest first)")
+    parser.add_argument("--seeds", action="store_true",
+                        help="one row per run that differs only in its seed: the mean and 95%% interval")
+    parser.add_argument("--curves", default="train/loss,val/loss",
+                        help="metrics whose logged history compare_curves.png draws against the step")
+    parser.add_argument("--out", type=Path, help="write compare.csv, compare.png and compare_curves.png here")
     args = parser.parse_args(argv)
     tags = [t for t in args.tags.split(",") if t]
     if args.online:
@@ -65,18 +75,28 @@ def main(argv: list[str] | None = None) -> int:
     if not runs:
         console.print("[red]omnimed-compare: no run matched[/red]")
         return 1
-    metrics, rows = comparison_table(runs, args.metrics.split(",") if args.metrics else None)
-    console.print(console_table(metrics, rows, title=f"omnimed-compare: {len(runs)} runs"))
+    curve_runs = runs
+    if args.seeds:
+        runs = over_seeds(runs)
+    metrics = args.metrics.split(",") if args.metrics else None
+    if metrics and args.seeds:
+        metrics = [k for m in metrics for k in (m, f"{m}/ci95") if k == m or any(k in r.metrics for r in runs)]
+    params = [p for p in args.params.split(",") if p]
+    columns, rows = comparison_table(runs, metrics, params, args.sort)
+    console.print(console_table(columns, rows, title=f"omnimed-compare: {len(runs)} runs"))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         buf = io.StringIO()
         writer = csv.writer(buf)
-        writer.writerow(["run", *metrics])
+        writer.writerow(["run", *columns])
         writer.writerows(rows)
         atomic_write_text(args.out / "compare.csv", buf.getvalue())
-        if metrics:
-            plot(runs, metrics[:12], args.out / "compare.png")
-        console.print(f"wrote {args.out / 'compare.csv'} and compare.png")
+        shown = [c for c in columns[len(params):] if not c.endswith("/ci95")]
+        if shown:
+            plot(runs, shown[:12], args.out / "compare.png")
+        curves = plot_curves(curve_runs, [c for c in args.curves.split(",") if c], args.out / "compare_curves.png")
+        console.print(f"wrote {args.out / 'compare.csv'}, compare.png" + (" and compare_curves.png" if curves else
+                                                                          " (no run logged a curve)"))
     return 0
 
 

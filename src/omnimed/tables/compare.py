@@ -9,8 +9,11 @@ the tags the evaluation tasks add), so ``--group`` / ``--tags`` select local run
 from __future__ import annotations
 
 import json
+import math
+import re
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,39 @@ class RunRecord:
     group: str | None = None
     tags: list[str] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
+    history: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # metric -> (step, value), logged
+    config: dict[str, Any] = field(default_factory=dict)  # the run's resolved config, flattened (``task.lr``)
+
+
+def flat_config(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested config as dotted keys (``task.lr``), the way overrides name them."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(flat_config(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _add_point(history: dict[str, list[tuple[float, float]]], item: dict[str, Any], step: float) -> None:
+    for key, value in item.items():
+        if isinstance(value, (int, float)) and not key.startswith("_") and key not in ("epoch", "step") \
+                and not key.startswith("trainer/"):
+            history.setdefault(key, []).append((step, float(value)))
+
+
+def csv_history(folder: Path) -> dict[str, list[tuple[float, float]]]:
+    """The metrics a run logged step by step to CSV (Lightning's ``metrics.csv`` under its folder)."""
+    import csv
+
+    history: dict[str, list[tuple[float, float]]] = {}
+    for path in sorted(folder.rglob("metrics.csv")):
+        for row in csv.DictReader(path.open()):
+            values = {k: float(v) for k, v in row.items() if k and v not in (None, "")}
+            if "step" in values:
+                _add_point(history, values, values["step"])
+    return history
 
 
 def _numbers(d: dict[str, Any]) -> dict[str, float]:
@@ -72,7 +108,8 @@ def local_runs(paths: list[Path]) -> list[RunRecord]:
             name = str(folder.relative_to(root)) if folder != root else root.name
             group, tags = config_group_tags(folder)
             folders[folder.resolve()] = RunRecord(name, str(folder), group=group, tags=tags,
-                                                  metrics=_numbers(_flat(json.loads(metrics.read_text()))))
+                                                  metrics=_numbers(_flat(json.loads(metrics.read_text()))),
+                                                  history=csv_history(folder), config=_hydra_config(folder))
         loose: list[RunRecord] = []
         for wandb_file in sorted(root.rglob("offline-run-*/run-*.wandb")):
             run = offline_wandb_run(wandb_file)
@@ -85,19 +122,39 @@ def local_runs(paths: list[Path]) -> list[RunRecord]:
             owner.group = run.group or owner.group
             owner.tags = list(dict.fromkeys([*run.tags, *owner.tags]))
             owner.metrics = {**run.metrics, **owner.metrics}
+            owner.history = owner.history or run.history
         out.extend([*folders.values(), *loose])
     return out
 
 
 def offline_wandb_run(path: Path) -> RunRecord:
-    """An offline W&B run's name, group, tags and summary metrics, read with ``wandb leet inspect``."""
+    """An offline W&B run's name, group, tags, summary metrics and history, read with ``wandb leet inspect``."""
     exe = Path(sys.executable).parent / "wandb"
     res = subprocess.run([str(exe), "leet", "inspect", "--summary", "--json", str(path)], capture_output=True,
                          text=True, check=True)
     data = json.loads(res.stdout)
     config = data.get("config") or {}
+    records = subprocess.run([str(exe), "leet", "inspect", "--json", str(path)], capture_output=True, text=True,
+                             check=True).stdout.splitlines()
+    history: dict[str, list[tuple[float, float]]] = {}
+    for line in records:
+        if '"type":"history"' in line:
+            item = json.loads(line)["history"]["item"]
+            _add_point(history, item, float(item.get("trainer/global_step", item.get("_step", 0))))
     return RunRecord(data.get("name") or path.parent.name, str(path), group=config.get("group"),
-                     tags=list(data.get("tags") or []), metrics=_numbers(data.get("summary") or {}))
+                     tags=list(data.get("tags") or []), metrics=_numbers(data.get("summary") or {}),
+                     history=history)
+
+
+def _hydra_config(folder: Path) -> dict[str, Any]:
+    import yaml
+
+    path = folder / ".hydra" / "config.yaml"
+    try:
+        cfg = yaml.safe_load(path.read_text()) if path.is_file() else {}
+    except yaml.YAMLError:
+        return {}
+    return flat_config(cfg) if isinstance(cfg, dict) else {}
 
 
 def online_runs(project: str, *, group: str | None, tags: list[str], entity: str | None = None) -> list[RunRecord]:
@@ -118,32 +175,105 @@ def select(runs: list[RunRecord], *, group: str | None, tags: list[str]) -> list
     return [r for r in runs if (group is None or r.group == group) and all(t in r.tags for t in tags)]
 
 
-def comparison_table(runs: list[RunRecord], metrics: list[str] | None = None) -> tuple[list[str], list[list]]:
-    """Columns (the chosen metrics, or those every run has) and one row per run."""
+def comparison_table(runs: list[RunRecord], metrics: list[str] | None = None, params: Sequence[str] = (),
+                     sort: str | None = None) -> tuple[list[str], list[list]]:
+    """Columns (the chosen config ``params``, then the chosen metrics or those every run has) and one row per
+    run, sorted by ``sort`` (a metric; ``-metric`` for largest first; runs without it last)."""
     if metrics is None:
         shared = set.intersection(*(set(r.metrics) for r in runs)) if runs else set()
         metrics = sorted(shared)
-    return metrics, [[r.name, *[r.metrics.get(m) for m in metrics]] for r in runs]
+    if sort:
+        key, descending = sort.lstrip("-"), sort.startswith("-")
+        runs = sorted(runs, key=lambda r: (key not in r.metrics,
+                                           (-1 if descending else 1) * r.metrics.get(key, 0.0)))
+    return [*params, *metrics], [[r.name, *[r.config.get(p) for p in params], *[r.metrics.get(m) for m in metrics]]
+                                 for r in runs]
+
+
+SEED = re.compile(r"_s\d+(?=_|$)")
+
+
+def over_seeds(runs: list[RunRecord]) -> list[RunRecord]:
+    """Runs that differ only in their seed (``seed`` in their config, ``_s<seed>`` in their name) as one record
+    each: every metric's mean over the seeds, with ``<metric>/ci95`` (the half-width of its 95% t-interval) and
+    ``seeds`` (how many)."""
+    from scipy import stats
+
+    groups: dict[str, list[RunRecord]] = {}
+    for r in runs:
+        groups.setdefault(SEED.sub("", r.name), []).append(r)
+    out = []
+    for name, members in groups.items():
+        metrics: dict[str, float] = {"seeds": float(len(members))}
+        for m in set.intersection(*(set(r.metrics) for r in members)):
+            values = [r.metrics[m] for r in members]
+            mean = sum(values) / len(values)
+            metrics[m] = mean
+            if len(values) > 1:
+                sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+                metrics[f"{m}/ci95"] = float(stats.t.ppf(0.975, len(values) - 1) * sd / len(values) ** 0.5)
+        first = members[0]
+        out.append(RunRecord(f"{name} ({len(members)} seeds)" if len(members) > 1 else first.name, first.origin,
+                             first.group, first.tags, metrics, first.history, first.config))
+    return out
 
 
 def plot(runs: list[RunRecord], metrics: list[str], path: Path) -> None:
-    """One horizontal bar panel per metric, one bar per run."""
+    """One panel per metric, one point per run (with its seed interval where there is one) on an axis that
+    spans the values, not from 0, each value written beside its point, labels never cut."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from omnimed.data.artifacts import atomic_path
-
     fig, axes = plt.subplots(1, len(metrics), figsize=(3.2 * len(metrics), 0.4 * len(runs) + 1.5), squeeze=False,
                              sharey=True)
     names = [r.name for r in runs]
     for ax, metric in zip(axes[0], metrics):
-        ax.barh(range(len(runs)), [r.metrics.get(metric, float("nan")) for r in runs], color="#3b6ea5")
+        values = [r.metrics.get(metric, float("nan")) for r in runs]
+        errors = [r.metrics.get(f"{metric}/ci95", 0.0) for r in runs]
+        ax.errorbar(values, range(len(runs)), xerr=errors, fmt="o", color="#3b6ea5", capsize=3)
+        for y, v in enumerate(values):
+            if not math.isnan(v):
+                ax.annotate(f"{v:.4g}", (v, y), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
+        ax.margins(x=0.25, y=0.2)
         ax.set_title(metric, fontsize=8)
     axes[0][0].set_yticks(range(len(runs)), names, fontsize=7)
     axes[0][0].invert_yaxis()
-    fig.tight_layout()
+    _save(fig, path)
+
+
+def plot_curves(runs: list[RunRecord], metrics: list[str], path: Path) -> bool:
+    """One panel per metric with each run's logged values against the training step; False (nothing written)
+    when no run logged any of them step by step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = [m for m in metrics if any(len(r.history.get(m, ())) > 0 for r in runs)]
+    if not metrics:
+        return False
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.5 * len(metrics), 3.4), squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        for r in runs:
+            points = sorted(r.history.get(metric, ()))
+            if points:
+                ax.plot(*zip(*points), marker="." if len(points) < 30 else None, label=r.name)
+        ax.set_title(metric, fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="lower center", ncol=min(3, len(labels)), frameon=False)
+    fig.tight_layout(rect=(0, 0.08 + 0.03 * (len(labels) // 3), 1, 1))
+    _save(fig, path)
+    return True
+
+
+def _save(fig, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    from omnimed.data.artifacts import atomic_path
+
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
+        fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight")
     plt.close(fig)

@@ -328,7 +328,7 @@ def test_joblib_sweep_runs_both_jobs(tmp_path):
     (their default run names carry the job number and a key of the job's config, never the clock)."""
     res = subprocess.run(
         [str(BIN / "omnimed-train"), "-m", f"paths.root={tmp_path}", f"hydra.sweep.dir={tmp_path}/sweep",
-         "model=tiny-llama", "data=world_tiny", "trainer.max_steps=2", "trainer.max_epochs=-1", "logger=csv",
+         "model=tiny-llama", "data=world_tiny", "trainer.max_steps=2", "logger=csv",
          "task.lr=1e-3,3e-3", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "WANDB_MODE": "offline"},
     )
@@ -338,9 +338,12 @@ def test_joblib_sweep_runs_both_jobs(tmp_path):
     assert [m.parent.parent for m in metrics] == [tmp_path / "sweep"] * 2
     assert [m.parent.name[:2] for m in metrics] == ["0_", "1_"] and "task.lr=0.001" in metrics[0].parent.name
     assert all(json.loads(m.read_text())["train/steps"] == 2 for m in metrics)
-    # deterministic names, <model>_<data>_s<seed>_j<NNN>_<config key>: they sort in job order
+    # deterministic names, <model>_<data>_s<seed>_j<NNN>_<values given>_<config key>: they sort in job order and
+    # say what each job trained with
     runs = sorted((tmp_path / "checkpoints" / "sft").iterdir())
-    assert [re.fullmatch(r"tiny-llama_world_tiny_s0_j(\d{3})_[0-9a-f]{8}", r.name)[1] for r in runs] == ["000", "001"]
+    names = [re.fullmatch(r"tiny-llama_world_tiny_s0_j(\d{3})_max-steps2_(lr[0-9.]+)_[0-9a-f]{8}", r.name) for r in runs]
+    assert all(names), [r.name for r in runs]
+    assert [(m[1], m[2]) for m in names] == [("000", "lr0.001"), ("001", "lr0.003")]
     assert all((r / "hf").is_dir() for r in runs)
 
 

@@ -49,7 +49,8 @@ def main(cfg: DictConfig) -> float | None:
     quiet_console()
     hc = HydraConfig.get()
     job_num = hc.job.num if hc.mode == RunMode.MULTIRUN else None  # sweep jobs get distinct default run names
-    result = train(cfg, output_dir=hc.runtime.output_dir, job_num=job_num)
+    result = train(cfg, output_dir=hc.runtime.output_dir, job_num=job_num,
+                   job_overrides=list(hc.overrides.task) if job_num is not None else ())
     import torch.distributed as dist
 
     if not dist.is_initialized() or dist.get_rank() == 0:

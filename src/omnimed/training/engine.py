@@ -5,8 +5,8 @@ export that ``from_pretrained`` loads: full model or LoRA adapter, optional ``hf
 resolved config), ``versions.json`` (package versions and git state). The Hydra run directory gets ``metrics.json``
 (flat name -> value) and the logger's files.
 
-Without ``run_name`` a run is named ``<model>_<data>_s<seed>[_j<NNN>]_<config key>`` (:func:`default_run_name`; no
-clock), with ``-2``, ``-3``, ... when that folder exists. The config is validated and the examples are read before
+Without ``run_name`` a run is named ``<model>_<data>_s<seed>[_j<NNN>_<swept values>]_<config key>``
+(:func:`default_run_name`; no clock), with ``-2``, ``-3``, ... when that folder exists. The config is validated and the examples are read before
 the run's folder is created, so an invalid config or input leaves nothing behind.
 """
 
@@ -17,9 +17,10 @@ import hashlib
 import json
 import math
 import os
+import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,13 +65,26 @@ def run_config_key(cfg: TrainConfig, length: int = 8) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:length]
 
 
-def default_run_name(cfg: TrainConfig, job_num: int | None = None) -> str:
-    """``<model>_<data>_s<seed>[_j<NNN>]_<key>``: ``key`` is :func:`run_config_key`, ``_j<NNN>`` the job's number
-    in a sweep (zero-padded, so a sweep's runs sort in job order). No clock: the same command and config give the
-    same name on every rank and every machine; :func:`claim_run_dir` adds ``-2``, ``-3``, ... when a run of that
-    name already exists, so a repeated command never writes into an earlier run's folder."""
-    job = "" if job_num is None else f"_j{job_num:03d}"
+def default_run_name(cfg: TrainConfig, job_num: int | None = None, job_overrides: Sequence[str] = ()) -> str:
+    """``<model>_<data>_s<seed>[_j<NNN>_<values>]_<key>``: ``key`` is :func:`run_config_key`, ``_j<NNN>`` the
+    job's number in a sweep (zero-padded, so a sweep's runs sort in job order) and ``<values>`` the values the job
+    was given for ``task.`` / ``model.`` / ``trainer.`` / ``data.`` keys (``lr0.001_r16``: the swept ones among
+    them). No clock: the same command and config give the same name on every rank and every machine;
+    :func:`claim_run_dir` adds ``-2``, ``-3``, ... when a run of that name already exists, so a repeated command
+    never writes into an earlier run's folder."""
+    job = "" if job_num is None else f"_j{job_num:03d}" + "".join(f"_{v}" for v in swept_values(job_overrides))
     return f"{cfg.model.name}_{cfg.data.name}_s{cfg.seed}{job}_{run_config_key(cfg)}"
+
+
+def swept_values(overrides: Sequence[str]) -> list[str]:
+    """``task.lr=0.00125`` -> ``lr0.00125``: a sweep job's values of training keys, for its run name (file-safe,
+    each at most 24 characters)."""
+    out = []
+    for override in overrides:
+        key, _, value = override.lstrip("+~").partition("=")
+        if value and key.split(".")[0] in ("task", "model", "trainer", "data") and "." in key:
+            out.append(re.sub(r"[^A-Za-z0-9.@-]+", "-", f"{key.rsplit('.', 1)[-1]}{value}")[:24])
+    return out
 
 
 def claim_run_dir(task_dir: Path, base: str) -> Path:
@@ -225,10 +239,11 @@ class TrainHistory(Callback):
 
 
 def train(
-    cfg_in: DictConfig | TrainConfig, output_dir: str | Path | None = None, *, job_num: int | None = None
+    cfg_in: DictConfig | TrainConfig, output_dir: str | Path | None = None, *, job_num: int | None = None,
+    job_overrides: Sequence[str] = (),
 ) -> TrainResult:
-    """Run one training job; see the module docstring for what it writes. ``job_num``: the job's number in a
-    sweep (it joins the default run name)."""
+    """Run one training job; see the module docstring for what it writes. ``job_num`` and ``job_overrides``: the
+    job's number in a sweep and the overrides it was given (they join the default run name)."""
     import lightning as L
 
     from omnimed.models.loading import load_tokenizer
@@ -282,7 +297,7 @@ def train(
     built = build_strategy(cfg.strategy, cfg.trainer, micro_batch_size=cfg.data.batch_size)
 
     output_dir.mkdir(parents=True, exist_ok=True)
-    run_dir = _run_dir(cfg, task_dir, run_name, job_num)
+    run_dir = _run_dir(cfg, task_dir, run_name, job_num, job_overrides)
     run_name = run_dir.name
 
     logger = build_logger(
@@ -367,7 +382,8 @@ def train(
     return TrainResult(run_dir, hf_dir, output_dir, metrics, logger_dir, list(history.losses), profiler_report)
 
 
-def _run_dir(cfg: TrainConfig, task_dir: Path, run_name: str | None, job_num: int | None) -> Path:
+def _run_dir(cfg: TrainConfig, task_dir: Path, run_name: str | None, job_num: int | None,
+             job_overrides: Sequence[str] = ()) -> Path:
     """The run's checkpoint folder, created (except under ``debug.fast_dev_run``, which writes none).
 
     A given ``run_name`` is used as is. A default name (:func:`default_run_name`) gets a fresh folder
@@ -379,7 +395,7 @@ def _run_dir(cfg: TrainConfig, task_dir: Path, run_name: str | None, job_num: in
     elif not _is_rank_zero() and os.environ.get(RUN_NAME_ENV):
         return task_dir / os.environ[RUN_NAME_ENV]
     else:
-        base = default_run_name(cfg, job_num)
+        base = default_run_name(cfg, job_num, job_overrides)
         if cfg.debug.fast_dev_run or not _is_rank_zero():
             return task_dir / base
         if _launched_world_size() == 1:

@@ -191,19 +191,32 @@ def comparison_table(runs: list[RunRecord], metrics: list[str] | None = None, pa
 
 
 SEED = re.compile(r"_s\d+(?=_|$)")
+#: config keys that differ between the seeds of one setting without changing it
+_NOT_SETTING = ("seed", "run_name")
+
+
+def _setting(r: RunRecord) -> str:
+    """What a run trained, seed aside: its config without seed, name, paths and logging (a run without a config:
+    its name without ``_s<seed>``)."""
+    if not r.config:
+        return SEED.sub("", r.name)
+    kept = {k: v for k, v in r.config.items()
+            if k not in _NOT_SETTING and not k.startswith(("paths.", "logger.", "hydra."))}
+    return json.dumps(kept, sort_keys=True, default=str)
 
 
 def over_seeds(runs: list[RunRecord]) -> list[RunRecord]:
-    """Runs that differ only in their seed (``seed`` in their config, ``_s<seed>`` in their name) as one record
-    each: every metric's mean over the seeds, with ``<metric>/ci95`` (the half-width of its 95% t-interval) and
-    ``seeds`` (how many)."""
+    """Runs that differ only in their seed (their configs equal but for ``seed``; without a config, names equal but
+    for ``_s<seed>``) as one record each, named after the first without its seed and config key: every metric's
+    mean over the seeds, with ``<metric>/ci95`` (the half-width of its 95% t-interval) and ``seeds`` (how many)."""
     from scipy import stats
 
     groups: dict[str, list[RunRecord]] = {}
     for r in runs:
-        groups.setdefault(SEED.sub("", r.name), []).append(r)
+        groups.setdefault(_setting(r), []).append(r)
     out = []
-    for name, members in groups.items():
+    for members in groups.values():
+        name = re.sub(r"_[0-9a-f]{8}(-\d+)?$", "", SEED.sub("", members[0].name))
         metrics: dict[str, float] = {"seeds": float(len(members))}
         for m in set.intersection(*(set(r.metrics) for r in members)):
             values = [r.metrics[m] for r in members]

@@ -184,12 +184,12 @@ def dataset_status(task: str, key: str) -> tuple[str, str]:
     is known)`` for one dataset key of ``task``."""
     if task == "critic_accuracy" or key in known_datasets(task):
         return "known", ""
-    if task == "qa" and key.startswith("world_mcq_") and "+" in key:
+    if task == "qa":
         try:
-            world_kinds(key)
+            if world_kinds(key):
+                return "known", ""
         except ValueError as exc:
             return "unknown", str(exc)
-        return "known", ""
     if key in PENDING:
         return "pending", PENDING[key]
     return "unknown", f"known for task={task}: {', '.join(known_datasets(task))}"

@@ -30,17 +30,6 @@ class RunRecord:
     config: dict[str, Any] = field(default_factory=dict)  # the run's resolved config, flattened (``task.lr``)
 
 
-def flat_config(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """A nested config as dotted keys (``task.lr``), the way overrides name them."""
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(flat_config(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
 def _add_point(history: dict[str, list[tuple[float, float]]], item: dict[str, Any], step: float) -> None:
     for key, value in item.items():
         if isinstance(value, (int, float)) and not key.startswith("_") and key not in ("epoch", "step") \
@@ -54,10 +43,11 @@ def csv_history(folder: Path) -> dict[str, list[tuple[float, float]]]:
 
     history: dict[str, list[tuple[float, float]]] = {}
     for path in sorted(folder.rglob("metrics.csv")):
-        for row in csv.DictReader(path.open()):
-            values = {k: float(v) for k, v in row.items() if k and v not in (None, "")}
-            if "step" in values:
-                _add_point(history, values, values["step"])
+        with path.open() as fh:
+            for row in csv.DictReader(fh):
+                values = {k: float(v) for k, v in row.items() if k and v not in (None, "")}
+                if "step" in values:
+                    _add_point(history, values, values["step"])
     return history
 
 
@@ -65,39 +55,38 @@ def _numbers(d: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in d.items() if isinstance(v, (int, float)) and not k.startswith("_")}
 
 
-def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested metrics as ``a/b`` keys (how they are logged to W&B)."""
+def _flat(d: dict[str, Any], prefix: str = "", sep: str = "/") -> dict[str, Any]:
+    """Nested metrics as ``a/b`` keys (how they are logged to W&B); with ``sep="."`` a config as dotted keys
+    (``task.lr``, the way overrides name them)."""
     out: dict[str, Any] = {}
     for k, v in d.items():
         key = f"{prefix}{k}"
         if isinstance(v, dict):
-            out.update(_flat(v, key + "/"))
+            out.update(_flat(v, key + sep, sep))
         else:
             out[key] = v
     return out
 
 
-def config_group_tags(folder: Path) -> tuple[str | None, list[str]]:
-    """The W&B group and tags a run folder's run was given, from its Hydra config (``.hydra/config.yaml``) by the
-    evaluators' own rule (:func:`omnimed.evaluation.identity.group_and_tags`). A folder without a Hydra config has
-    neither."""
+def hydra_config(folder: Path) -> dict[str, Any] | None:
+    """A run folder's resolved Hydra config (``.hydra/config.yaml``); None without a readable one."""
     import yaml
-
-    from omnimed.evaluation.identity import group_and_tags
 
     path = folder / ".hydra" / "config.yaml"
     if not path.is_file():
-        return None, []
+        return None
     try:
         cfg = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError:
-        return None, []
-    return group_and_tags(cfg if isinstance(cfg, dict) else {})
+        return None
+    return cfg if isinstance(cfg, dict) else {}
 
 
 def local_runs(paths: list[Path]) -> list[RunRecord]:
     """Every run under ``paths``, once: a run folder (one holding ``metrics.json``, merged with the W&B offline run
     logged inside it) or a W&B offline run outside any run folder."""
+    from omnimed.evaluation.identity import group_and_tags
+
     out: list[RunRecord] = []
     for root in paths:
         if not root.exists():
@@ -106,10 +95,12 @@ def local_runs(paths: list[Path]) -> list[RunRecord]:
         for metrics in sorted(root.rglob("metrics.json")):
             folder = metrics.parent
             name = str(folder.relative_to(root)) if folder != root else root.name
-            group, tags = config_group_tags(folder)
+            cfg = hydra_config(folder)
+            # the W&B group and tags by the evaluators' own rule; a folder without a Hydra config has neither
+            group, tags = group_and_tags(cfg) if cfg is not None else (None, [])
             folders[folder.resolve()] = RunRecord(name, str(folder), group=group, tags=tags,
                                                   metrics=_numbers(_flat(json.loads(metrics.read_text()))),
-                                                  history=csv_history(folder), config=_hydra_config(folder))
+                                                  history=csv_history(folder), config=_flat(cfg or {}, sep="."))
         loose: list[RunRecord] = []
         for wandb_file in sorted(root.rglob("offline-run-*/run-*.wandb")):
             run = offline_wandb_run(wandb_file)
@@ -144,17 +135,6 @@ def offline_wandb_run(path: Path) -> RunRecord:
     return RunRecord(data.get("name") or path.parent.name, str(path), group=config.get("group"),
                      tags=list(data.get("tags") or []), metrics=_numbers(data.get("summary") or {}),
                      history=history)
-
-
-def _hydra_config(folder: Path) -> dict[str, Any]:
-    import yaml
-
-    path = folder / ".hydra" / "config.yaml"
-    try:
-        cfg = yaml.safe_load(path.read_text()) if path.is_file() else {}
-    except yaml.YAMLError:
-        return {}
-    return flat_config(cfg) if isinstance(cfg, dict) else {}
 
 
 def online_runs(project: str, *, group: str | None, tags: list[str], entity: str | None = None) -> list[RunRecord]:

@@ -6,8 +6,8 @@ resolved config), ``versions.json`` (package versions and git state). The Hydra 
 (flat name -> value) and the logger's files.
 
 Without ``run_name`` a run is named ``<model>_<data>_s<seed>[_j<NNN>_<swept values>]_<config key>``
-(:func:`default_run_name`; no clock), with ``-2``, ``-3``, ... when that folder exists. The config is validated and the examples are read before
-the run's folder is created, so an invalid config or input leaves nothing behind.
+(:func:`default_run_name`; no clock), with ``-2``, ``-3``, ... when that folder exists. The config is validated and
+the examples are read before the run's folder is created, so an invalid config or input leaves nothing behind.
 """
 
 from __future__ import annotations

@@ -243,16 +243,12 @@ class _Said:
 @dataclass
 class _Path:
     """A path of the segment tree: the question, M's reply so far (prompt continuation, tokens and evidence
-    included), the first passage it used, the product of its segments' S, its answer text so far, its depth, and
-    its latest segment's candidate."""
+    included) and the candidate it stands for so far (its first passage, the product of its segments' S, its
+    answer text and depth; None before its first segment)."""
 
     qi: int
+    options: dict[str, str]
     reply: str = ""
-    first: str | None = None
-    score: float = 1.0
-    text: str = ""
-    depth: int = 0
-    options: dict[str, str] = field(default_factory=dict)
     candidate: Candidate | None = None
 
 
@@ -385,12 +381,12 @@ class SelfBioRAG:
             s_rel = relevance_score(_probs(r))
             s_use = utility_score(_probs(u)) if u is not None and not asks else 0.0
             score = (a.seq if c.use_seqscore else 0.0) + c.w_rel * s_rel + c.w_sup * s_sup + c.w_use * s_use
-            text = f"{path.text} {a.text}".strip()
+            before = path.candidate
+            text = f"{before.text} {a.text}".strip() if before else a.text
             letter = read_option(text, path.options) if c.answer_mode == "generate" else a.letter
-            cand = Candidate(path.first or p.id, rt, s_rel, s_sup, s_use, a.seq, path.score * score, letter, text,
-                             path.depth + 1)
-            out.append((_Path(path.qi, after[i], cand.passage_id, cand.score, text, cand.depth, path.options, cand),
-                        asks))
+            cand = Candidate(before.passage_id if before else p.id, rt, s_rel, s_sup, s_use, a.seq,
+                             (before.score if before else 1.0) * score, letter, text, before.depth + 1 if before else 1)
+            out.append((_Path(path.qi, path.options, after[i], cand), asks))
         return out
 
     def _read(self, qs: Sequence[MultipleChoiceQuestion], at: Sequence[str | None], task: str,
@@ -414,7 +410,7 @@ class SelfBioRAG:
         c = self.cfg
         limit = c.max_depth if c.answer_mode == "generate" else 1
         ends: list[list[Candidate]] = [[] for _ in questions]
-        frontier = [(_Path(qi, options=questions[qi].options), p) for qi, ps in enumerate(passages) for p in ps]
+        frontier = [(_Path(qi, questions[qi].options), p) for qi, ps in enumerate(passages) for p in ps]
         for depth in range(1, limit + 1):
             open_paths: dict[int, list[_Path]] = {}
             for path, asks in self._judge(questions, frontier, last=depth == limit):
@@ -423,7 +419,7 @@ class SelfBioRAG:
                 else:
                     ends[path.qi].append(path.candidate)  # type: ignore[arg-type]
             frontier = [(path, p) for qi, paths in open_paths.items()
-                        for path in sorted(paths, key=lambda x: x.score, reverse=True)[:c.beam_width]
+                        for path in sorted(paths, key=lambda x: x.candidate.score, reverse=True)[:c.beam_width]
                         for p in passages[qi]]
             if not frontier:
                 break

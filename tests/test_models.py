@@ -15,7 +15,14 @@ from omegaconf import OmegaConf
 from omnimed.models import cache, packaged
 from omnimed.models.config import LoraSettings, ModelConfig
 from omnimed.models.errors import HubUnavailableError, PackageMissingError, UnknownModelError
-from omnimed.models.loading import load_causal_lm, load_encoder, load_tokenizer, resolve_model_path
+from omnimed.models.loading import (
+    base_model_id,
+    load_causal_lm,
+    load_encoder,
+    load_tokenizer,
+    resolve_base,
+    resolve_model_path,
+)
 from omnimed.models.lora import merge_lora
 from omnimed.models.tiny import tiny_model_path
 
@@ -419,6 +426,9 @@ def test_smollm2_conversion_cached_reload_and_greedy_parity(
     assert {"model.safetensors", "config.json", "tokenizer.json", "generation_config.json"} <= set(
         manifest_hashes(folder)
     )
+    # an adapter trained on it names the hub id as its base (loads on any machine), which resolves back to it here
+    assert base_model_id(cfg) == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert resolve_base(base_model_id(cfg)) == folder
 
     start = time.perf_counter()
     tokenizer = load_tokenizer(cfg)

@@ -25,7 +25,7 @@ from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy, ModelPa
 
 from omnimed.training.config import StrategyConfig, TrainerConfig
 from omnimed.models.exported import load_exported
-from omnimed.training.export import consolidate_checkpoint, export_hf
+from omnimed.training.export import ADAPTER_SUBDIR, consolidate_checkpoint, export_hf
 from omnimed.training.strategies import (
     CPUDeepSpeedStrategy,
     build_strategy,
@@ -269,16 +269,20 @@ def test_export_lora_adapter_and_merged_round_trip(
     ids = torch.tensor([[1, 5, 9, 128, 129, 2]])
     expected = logits_of(peft_model, ids)
 
-    out = export_hf(peft_model, tok, tmp_path / "adapter", merge_lora=True)
-    assert (out / "adapter_config.json").is_file() and (out / "adapter_model.safetensors").is_file()
+    out = export_hf(peft_model, tok, tmp_path / "merged", merge_lora=True, base_model_id=str(base_dir))
     torch.testing.assert_close(logits_of(peft_model, ids), expected, rtol=0, atol=0)  # live model untouched
-
-    adapter_model, tok2 = load_exported(out)
-    assert len(tok2) == len(tok)
-    torch.testing.assert_close(logits_of(adapter_model, ids), expected, rtol=0, atol=1e-6)
-    merged = AutoModelForCausalLM.from_pretrained(out / "merged")
+    merged = AutoModelForCausalLM.from_pretrained(out)  # plain transformers, added tokens included
     torch.testing.assert_close(logits_of(merged, ids), expected, rtol=1e-4, atol=1e-5)
-    assert (out / "merged" / "tokenizer.json").is_file()
+    assert (out / "tokenizer.json").is_file() and not (out / "adapter_config.json").is_file()
+    adapter = out / ADAPTER_SUBDIR
+    assert (adapter / "adapter_config.json").is_file() and (adapter / "adapter_model.safetensors").is_file()
+
+    alone = export_hf(peft_model, tok, tmp_path / "adapter")  # merge_lora=False: the adapter alone
+    for folder in (adapter, alone):
+        adapter_model, tok2 = load_exported(folder)
+        assert len(tok2) == len(tok)
+        torch.testing.assert_close(logits_of(adapter_model, ids), expected, rtol=0, atol=1e-6)
+    torch.testing.assert_close(logits_of(load_exported(out)[0], ids), logits_of(merged, ids), rtol=0, atol=0)
 
 
 # ---------------------------------------------------------------------------------------------- 2 processes

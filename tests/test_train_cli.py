@@ -163,11 +163,10 @@ def test_tiny_run_writes_checkpoint_export_metrics_and_wandb(tmp_path):
     assert 0 < dropped < examples
     assert f"dropped {dropped} of {examples} examples" in res.stdout + res.stderr and "max_length=192" in res.stdout
 
-    # the HF export loads with from_pretrained (LoRA adapter on the cached base) and generates
-    from peft import AutoPeftModelForCausalLM
-    from transformers import AutoTokenizer
+    # the HF export (LoRA merged) loads with plain from_pretrained and generates
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoPeftModelForCausalLM.from_pretrained(run / "hf")
+    model = AutoModelForCausalLM.from_pretrained(run / "hf")
     tok = AutoTokenizer.from_pretrained(run / "hf")
     out = model.generate(**tok("hello", return_tensors="pt"), max_new_tokens=3, do_sample=False)
     assert out.shape[1] > 1
@@ -193,11 +192,49 @@ def test_tiny_run_writes_checkpoint_export_metrics_and_wandb(tmp_path):
               if '"train/loss"' in line and '"history"' in line]
     assert len(losses) == int(metrics["train/steps"])
     assert losses[-1] == pytest.approx(metrics["train/loss"], rel=1e-5)
+    # ... and the lineage graph's two ends: the data it used (an input once synced) and the model it exported
+    artifacts = [json.loads(line)["artifact"] for line in history.splitlines() if '"type":"artifact"' in line]
+    data = next(a for a in artifacts if a["type"] == "dataset")
+    assert data["name"] == "world-tiny" and data["use_after_commit"]
+    assert json.loads(data["metadata"])["fingerprint"] == summary["config"]["data_lineage"]["fingerprint"]
+    model = next(a for a in artifacts if a["type"] == "model")
+    assert model["name"] == "sft-full" and model["aliases"] == ["latest"]
+    assert (run / "hf" / "model.safetensors").resolve().as_uri() in {e.get("ref") for e in model["manifest"]["contents"]}
+
+
+def test_a_lora_export_with_added_tokens_loads_with_plain_transformers_after_the_cache_moves(tmp_path, monkeypatch):
+    """The export a user tries first: `AutoModelForCausalLM.from_pretrained(hf/)` on a LoRA run with added tokens
+    gives the trained model (the adapter applied to its base, as omnimed loads it) although the base's cache folder
+    was renamed; the adapter beside it names its base, and its files are readable by others (0644)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from omnimed.models.exported import load_exported
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("OMNIMED_CACHE", str(cache))
+    train(tmp_path, *TINY, "trainer.max_steps=4", "logger=none", "run_name=tokens",
+          'model.special_tokens=["[Retrieval]","[No Retrieval]"]')
+    hf = tmp_path / "checkpoints" / "sft" / "tokens" / "hf"
+    base = json.loads((hf / "adapter" / "adapter_config.json").read_text())["base_model_name_or_path"]
+    assert Path(base).is_relative_to(cache)  # the tiny model has no hub id; SmolLM2's is checked in test_models
+    ids = torch.tensor([[1, 5, 9, 7, 3]])
+    with torch.no_grad():
+        expected = load_exported(hf / "adapter")[0](input_ids=ids).logits  # adapter on its base, before the move
+
+    cache.rename(tmp_path / "cache-moved")
+    model = AutoModelForCausalLM.from_pretrained(hf)
+    tokenizer = AutoTokenizer.from_pretrained(hf)
+    new = tokenizer.convert_tokens_to_ids(["[Retrieval]", "[No Retrieval]"])
+    assert min(new) >= 0 and max(new) < model.get_input_embeddings().weight.shape[0]
+    with torch.no_grad():
+        torch.testing.assert_close(model(input_ids=ids).logits, expected, rtol=1e-4, atol=1e-5)
+        assert torch.isfinite(model(input_ids=torch.tensor([new])).logits).all()
+    assert {oct(f.stat().st_mode & 0o777) for f in hf.rglob("*") if f.is_file()} == {"0o644"}
 
 
 # ------------------------------------------------------------------------------------------- resume
 def _adapter(run: Path) -> dict[str, torch.Tensor]:
-    return load_file(run / "hf" / "adapter_model.safetensors")
+    return load_file(run / "hf" / "adapter" / "adapter_model.safetensors")
 
 
 def test_sigkill_then_resume_ends_with_the_same_weights(tmp_path):
@@ -236,7 +273,7 @@ def test_sigkill_then_resume_ends_with_the_same_weights(tmp_path):
     assert resumed["global_step"] == 120
     assert not [p.name for p in run.iterdir() if p.name.startswith(".")]  # the killed export's temp is gone
     straight = tmp_path / "checkpoints" / "sft" / "straight" / "hf"
-    assert (straight / "adapter_model.safetensors").read_bytes() == (run / "hf" / "adapter_model.safetensors").read_bytes()
+    assert (straight / "model.safetensors").read_bytes() == (run / "hf" / "model.safetensors").read_bytes()
     a, b = _adapter(straight.parent), _adapter(run)
     assert a.keys() == b.keys()
     for k in a:
@@ -423,7 +460,7 @@ def test_zero3_cli_lora_with_added_tokens_exports_a_loadable_adapter(tmp_path):
     ids = tokenizer.convert_tokens_to_ids(["<ret>", "<rel>"])
     assert all(i >= 0 and i != tokenizer.unk_token_id for i in ids)
     assert tokenizer.decode(ids, skip_special_tokens=False).replace(" ", "") == "<ret><rel>"
-    adapter = load_file(run / "hf" / "adapter_model.safetensors")
+    adapter = load_file(run / "hf" / "adapter" / "adapter_model.safetensors")
     deltas = [v for k, v in adapter.items() if "trainable_tokens" in k]
     assert deltas and deltas[0].shape[0] == 2  # exactly the two new rows train, not the whole vocabulary
     logits = model(input_ids=torch.tensor([ids])).logits

@@ -1,5 +1,6 @@
 """Experiment tracking: W&B by default (never a login prompt), CSV or TensorBoard as alternatives, and the lineage
-every run records: resolved config, package versions, git commit, dataset fingerprints.
+every run records: resolved config, package versions, git commit, dataset fingerprints, and on W&B the data a run
+trained on and the model it exported as artifacts (the dashboard's lineage graph and model registry).
 
 W&B mode: ``WANDB_MODE`` wins when set; otherwise online when credentials exist (``WANDB_API_KEY`` or a netrc entry
 for the W&B host), offline when they do not. Offline runs land in ``<save_dir>/wandb/offline-run-*/`` and can be
@@ -140,6 +141,56 @@ def log_lineage(logger, config: dict[str, Any], extra: dict[str, Any] | None = N
         return lineage
     logger.log_hyperparams(lineage)
     return lineage
+
+
+def _wandb_run(logger):
+    """The W&B run behind a Lightning logger, None for other loggers."""
+    from lightning.pytorch.loggers import WandbLogger
+
+    return logger.experiment if isinstance(logger, WandbLogger) else None
+
+
+def artifact_name(text: str) -> str:
+    """``text`` with what W&B refuses in an artifact name (anything but letters, digits, ``-``, ``_``, ``.``) as
+    ``-``."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "artifact"
+
+
+def use_dataset(logger, name: str, lineage: dict[str, Any]) -> None:
+    """Declare the training data as the run's input artifact (type ``dataset``, the lineage in its metadata): a
+    records file by reference (checksummed, not copied), a world built in-process by its recipe. Online this is
+    ``run.use_artifact``; offline W&B refuses ``use_artifact``, so the artifact is logged the way
+    ``use_artifact`` logs a new one (``use_after_commit``), and ``wandb sync`` records it as the run's input."""
+    run = _wandb_run(logger)
+    if run is None:
+        return
+    import json
+
+    import wandb
+
+    artifact = wandb.Artifact(artifact_name(name), type="dataset", metadata=scrub_secrets(lineage))
+    if lineage.get("path"):
+        artifact.add_reference(Path(lineage["path"]).resolve().as_uri(), name=Path(lineage["path"]).name)
+    else:
+        with artifact.new_file("lineage.json") as fh:
+            json.dump(lineage, fh, sort_keys=True)
+    if run.offline:
+        run._log_artifact(artifact, use_after_commit=True)
+    else:
+        run.use_artifact(artifact)
+
+
+def log_model(logger, folder: Path, name: str, metadata: dict[str, Any]) -> None:
+    """Log an exported model folder as the run's output artifact (type ``model``, alias ``latest``), by reference:
+    W&B checksums the files in place instead of copying hundreds of MB into the run."""
+    run = _wandb_run(logger)
+    if run is None:
+        return
+    import wandb
+
+    artifact = wandb.Artifact(artifact_name(name), type="model", metadata=scrub_secrets(metadata))
+    artifact.add_reference(Path(folder).resolve().as_uri())
+    run.log_artifact(artifact, aliases=["latest"])
 
 
 def close_logger(logger) -> str | None:

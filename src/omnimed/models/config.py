@@ -18,7 +18,7 @@ class LoraSettings:
     target_modules: list[str] = field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     )
-    merge_on_export: bool = False
+    merge_on_export: bool = True  # hf/: the merged model (plain transformers loads it), hf/adapter/: the adapter
 
 
 @dataclass

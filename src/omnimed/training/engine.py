@@ -136,6 +136,15 @@ def _profiler(cfg: TrainConfig, output_dir: Path):
     return classes[name](dirpath=str(output_dir), filename="profiler")
 
 
+def data_artifact_name(cfg: TrainConfig, lineage: dict[str, Any]) -> str:
+    """The W&B dataset artifact a run's data is a version of: the world by size (``world-small``), a records set
+    by its folder's name (``records-critic_data``); versions differ by content."""
+    if lineage["source"] == "world":
+        return f"world-{lineage['size']}"
+    path = Path(lineage["path"])
+    return f"records-{path.parent.name if path.name == 'records.jsonl' else path.stem}"
+
+
 def load_examples(cfg: TrainConfig) -> tuple[list, dict[str, Any]]:
     """The training records named by ``cfg.data`` and their lineage (where from, fingerprint)."""
     from omnimed.data.records import record_type
@@ -246,8 +255,8 @@ def train(
     job's number in a sweep and the overrides it was given (they join the default run name)."""
     import lightning as L
 
-    from omnimed.models.loading import load_tokenizer
-    from omnimed.tracking import build_logger, log_lineage, wandb_run_dir
+    from omnimed.models.loading import base_model_id, load_tokenizer
+    from omnimed.tracking import build_logger, log_lineage, log_model, use_dataset, wandb_run_dir
     from omnimed.training.export import consolidate_checkpoint, export_hf
     from omnimed.training.objectives import get_objective
     from omnimed.training.resume import find_last_checkpoint
@@ -313,6 +322,8 @@ def train(
     config_dict = resolved if resolved is not None else OmegaConf.to_container(OmegaConf.structured(cfg))
     config_dict = {k: v for k, v in config_dict.items() if k != "hydra"}
     lineage = log_lineage(logger, config_dict, {"data_lineage": data_lineage, "run_name": run_name})
+    if _is_rank_zero():
+        use_dataset(logger, data_artifact_name(cfg, data_lineage), data_lineage)
     # before fit, so that a run which crashes or is killed still says what it was (rewritten after fit)
     if _is_rank_zero() and not cfg.debug.fast_dev_run:
         _write_run_files(run_dir, config_dict, lineage)
@@ -354,14 +365,16 @@ def train(
     trainer.strategy.barrier()
     if not cfg.debug.fast_dev_run:
         hf_dir = run_dir / "hf"
+        export_options = {"merge_lora": cfg.model.lora.merge_on_export, "base_model_id": base_model_id(cfg.model),
+                          "overwrite": True}
         if cfg.strategy.name == "deepspeed":
             last = run_dir / "lightning" / "last.ckpt"  # the final step (StepCheckpoint)
             if trainer.is_global_zero:
                 state = consolidate_checkpoint(last, prefix=None)
                 model = module.build_model_for_export(state)
-                export_hf(model, tokenizer, hf_dir, merge_lora=cfg.model.lora.merge_on_export, overwrite=True)
+                export_hf(model, tokenizer, hf_dir, **export_options)
         elif trainer.is_global_zero:
-            export_hf(module.model, tokenizer, hf_dir, merge_lora=cfg.model.lora.merge_on_export, overwrite=True)
+            export_hf(module.model, tokenizer, hf_dir, **export_options)
 
     metrics = _final_metrics(trainer, history)
     if getattr(datamodule, "dropped_too_long", None) is not None:
@@ -374,6 +387,10 @@ def train(
         logger_dir = getattr(logger, "log_dir", None)
     if logger is not None and cfg.logger.name == "wandb" and trainer.is_global_zero:
         logger.experiment.summary.update(metrics)
+        if hf_dir is not None:
+            log_model(logger, hf_dir, f"{cfg.task.name}-{run_name}",
+                      {"task": cfg.task.name, "model": cfg.model.name, "base_model": base_model_id(cfg.model),
+                       "data_fingerprint": data_lineage["fingerprint"], **metrics})
         logger.experiment.finish()
     profiler_report = None
     if profiler is not None:

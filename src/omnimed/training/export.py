@@ -3,9 +3,9 @@
 - :func:`consolidate_checkpoint`: a Lightning checkpoint (``.ckpt`` file, DeepSpeed ZeRO-2/3 checkpoint directory, or
   a ModelParallelStrategy/FSDP2 distributed-checkpoint directory) -> the model's full fp32 state dict, keys without
   the LightningModule's attribute prefix (``model.``), so sharded training runs export like single-device ones.
-- :func:`export_hf`: a full model or a PEFT adapter (optionally plus the merged model) + tokenizer + generation
-  config, written to a temporary folder next to the target and renamed into place, so readers never see half a
-  checkpoint.
+- :func:`export_hf`: a full model, or a PEFT model merged (the adapter beside it in ``adapter/``) or as its adapter
+  alone, + tokenizer + generation config, written to a temporary folder next to the target and renamed into place,
+  so readers never see half a checkpoint.
 - the inverse, :func:`omnimed.models.exported.load_exported`, reloads such a folder (adapters whose base model's
   vocabulary was extended included).
 
@@ -31,7 +31,7 @@ from omnimed.data.artifacts import atomic_path
 log = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike
-MERGED_SUBDIR = "merged"
+ADAPTER_SUBDIR = "adapter"
 
 
 # ----------------------------------------------------------------------------------------------------- consolidation
@@ -121,16 +121,21 @@ def export_hf(
     out_dir: PathLike,
     *,
     merge_lora: bool = False,
+    base_model_id: str | None = None,
     generation_config: Any = None,
     overwrite: bool = False,
 ) -> Path:
     """Write ``model`` (+ tokenizer, generation config) as an HF folder at ``out_dir``; returns its path.
 
     - A transformers ``PreTrainedModel``: the full model as safetensors.
-    - A PEFT model: the adapter (``adapter_config.json`` + ``adapter_model.safetensors``, including
-      ``modules_to_save`` and trainable token rows); with ``merge_lora`` also the merged full model in
-      ``out_dir/merged`` (made from a copy: the live PEFT model is left as it was, at the cost of a second copy in
-      memory). The tokenizer and generation config are written to both.
+    - A PEFT model with ``merge_lora``: the merged full model in ``out_dir``, which plain
+      ``AutoModelForCausalLM.from_pretrained`` loads on any machine (added tokens included), and the adapter in
+      ``out_dir/adapter`` (made from a copy: the live PEFT model is left as it was, at the cost of a second copy in
+      memory). Without ``merge_lora``: the adapter alone in ``out_dir`` (``adapter_config.json`` +
+      ``adapter_model.safetensors``, including ``modules_to_save`` and trainable token rows), which
+      ``AutoPeftModelForCausalLM`` or :func:`~omnimed.models.exported.load_exported` loads on its base.
+    ``base_model_id``: what the adapter names as its base (the base's hub id where it has one, so the adapter
+    loads on another machine); ``None`` keeps the path the base was loaded from.
     ``tokenizer`` may be ``None`` (weights only). ``generation_config``: a ``GenerationConfig``, a dict of its fields,
     or ``None`` for the model's own (with the tokenizer's eos/pad/bos ids filled where unset).
     The folder is written under a temporary name beside ``out_dir`` and renamed into place; an existing ``out_dir``
@@ -144,18 +149,32 @@ def export_hf(
 
     with atomic_path(out, is_dir=True) as tmp:
         if _is_peft(model):
-            model.save_pretrained(tmp, safe_serialization=True)
+            adapter_dir = tmp / ADAPTER_SUBDIR if merge_lora else tmp
+            _save_adapter(model, adapter_dir, base_model_id)
+            _save_extras(tokenizer, gen, adapter_dir)
             if merge_lora:
                 merged = copy.deepcopy(model).merge_and_unload()
-                _save_full(merged, tokenizer, gen, tmp / MERGED_SUBDIR)
+                _save_full(merged, tokenizer, gen, tmp)
                 del merged
-            _save_extras(tokenizer, gen, tmp)
         else:
             if merge_lora:
                 log.info("export_hf: merge_lora ignored, %s is not a PEFT model", type(model).__name__)
             _save_full(model, tokenizer, gen, tmp)
     log.info("exported %s to %s", type(model).__name__, out)
     return out
+
+
+def _save_adapter(model: nn.Module, folder: Path, base_model_id: str | None) -> None:
+    """The adapter's files, naming ``base_model_id`` as its base (the live model's config is restored after)."""
+    configs = list(model.peft_config.values())
+    loaded_from = [c.base_model_name_or_path for c in configs]
+    try:
+        for c in configs:
+            c.base_model_name_or_path = base_model_id or c.base_model_name_or_path
+        model.save_pretrained(folder, safe_serialization=True)
+    finally:
+        for c, base in zip(configs, loaded_from):
+            c.base_model_name_or_path = base
 
 
 def _save_full(model: nn.Module, tokenizer: Any, gen: Any, folder: Path) -> None:

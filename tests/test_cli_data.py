@@ -28,7 +28,7 @@ def test_world_is_byte_identical_for_the_same_seed(tmp_path):
     manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
     assert manifest["counts"]["records"] == len(a.splitlines())  # bytes.splitlines splits on \n, \r only
     assert manifest["counts"]["passage"] > 0 and manifest["counts"]["mcq"] > 0
-    assert (tmp_path / "a" / "hf" / "dataset_dict.json").exists()
+    assert (tmp_path / "a" / "hf" / "mcq" / "dataset_dict.json").exists()
     res = run("world", "size=tiny", "seed=4", f"out={tmp_path / 'c'}", cwd=tmp_path)
     assert (tmp_path / "c" / "records.jsonl").read_bytes() != a
 

@@ -125,6 +125,33 @@ def test_hf_round_trip_per_kind():
         to_hf_dataset(_examples())
 
 
+def test_a_record_set_is_a_dataset_a_researcher_can_use_as_it_is(tmp_path):
+    """Splits are train / validation / test (the records' own, dev named validation), options, evidence, labels and
+    plan queries are features (not JSON strings), and the instructions come in TRL's two SFT formats as well."""
+    from trl.data_utils import is_conversational
+
+    from omnimed.data.world import build_world
+
+    save_record_set(tmp_path / "w", list(build_world(seed=0, size="tiny").records()))
+    hf = tmp_path / "w" / "hf"
+    mcq = datasets.load_from_disk(str(hf / "mcq"))
+    assert set(mcq) == {"train", "validation", "test"}
+    row = mcq["test"][0]
+    assert {o["letter"] for o in row["options"]} >= {"A", "B"} and row["answer"][0] in {o["letter"] for o in row["options"]}
+    inst = datasets.load_from_disk(str(hf / "instruction"))
+    assert set(inst["train"].features["labels"]) == {"retrieval", "relevance", "support", "utility"}
+    with_evidence = inst["train"].filter(lambda r: len(r["evidence"]) > 0)
+    assert len(with_evidence) == 0 or with_evidence[0]["evidence"][0]["text"]
+    assert list(datasets.load_from_disk(str(hf / "passage"))) == ["train"]
+    for fmt, keys in (("sft_prompt_completion", {"id", "prompt", "completion"}), ("sft_messages", {"id", "messages"})):
+        dd = datasets.load_from_disk(str(hf / fmt))
+        assert {s: len(d) for s, d in dd.items()} == {s: len(d) for s, d in inst.items()}
+        example = dd["train"][0]
+        assert set(example) == keys and is_conversational(example)
+    first = inst["train"][0]
+    assert datasets.load_from_disk(str(hf / "sft_messages"))["train"][0]["messages"][-1]["content"] == first["output"]
+
+
 def test_line_separator_inside_strings_keeps_records_whole(tmp_path):
     text = "first part\u2028second part\u2029third"
     path = tmp_path / "p.jsonl"
@@ -154,8 +181,10 @@ def test_record_set_writes_jsonl_hf_and_manifest_atomically(tmp_path):
     on_disk = json.loads((tmp_path / "set" / "manifest.json").read_text())
     assert on_disk["fingerprint"] == manifest["fingerprint"]
     assert load_record_set(tmp_path / "set") == recs
-    dd = datasets.load_from_disk(str(tmp_path / "set" / "hf"))
-    assert sorted(dd) == sorted({r.kind for r in recs})
+    assert sorted(p.name for p in (tmp_path / "set" / "hf").iterdir()) == sorted(
+        {r.kind for r in recs} | {"sft_prompt_completion", "sft_messages"})
+    for kind in {r.kind for r in recs}:
+        assert isinstance(datasets.load_from_disk(str(tmp_path / "set" / "hf" / kind)), datasets.DatasetDict)
     # no temporary files left behind
     assert not [p for p in (tmp_path / "set").iterdir() if p.name.startswith(".")]
     # same records -> same fingerprint

@@ -1,13 +1,12 @@
 """Records, loaders for real benchmark and corpus formats, and the synthetic medical world."""
 
 from omnimed.data.errors import LoadReport, RecordError
+from omnimed.data.hf import from_hf_dataset, to_hf_dataset
 from omnimed.data.io import (
-    from_hf_dataset,
     iter_jsonl,
     load_record_set,
     read_records,
     save_record_set,
-    to_hf_dataset,
     write_records,
 )
 from omnimed.data.records import (

@@ -178,21 +178,6 @@ def write_records(path: str | Path, records: Iterable[Record]) -> str:
     return digest.hexdigest()
 
 
-# ----------------------------------------------------------------------------------------------- HF datasets
-def to_hf_dataset(records: list[R]):
-    """A ``datasets.Dataset`` of one record kind; free-keyed dict fields are stored as JSON strings."""
-    import datasets
-
-    kinds = {r.kind for r in records}
-    if len(kinds) > 1:
-        raise ValueError(f"one HF dataset holds one record kind; got {sorted(kinds)}")
-    return datasets.Dataset.from_list([r.to_hf_row() for r in records])
-
-
-def from_hf_dataset(ds, cls: type[R]) -> list[R]:
-    return [cls.from_hf_row(row) for row in ds]
-
-
 def group_by_kind(records: Iterable[Record]) -> dict[str, list[Record]]:
     groups: dict[str, list[Record]] = {}
     for r in records:
@@ -203,22 +188,24 @@ def group_by_kind(records: Iterable[Record]) -> dict[str, list[Record]]:
 def save_record_set(
     out_dir: str | Path, records: list[Record], *, extra: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """Write ``out_dir/records.jsonl``, ``out_dir/hf`` (a DatasetDict, one split per record kind) and
+    """Write ``out_dir/records.jsonl``, ``out_dir/hf/<name>/`` (a DatasetDict per record kind with its train /
+    validation / test splits, and the instruction examples in TRL's SFT formats: :mod:`omnimed.data.hf`) and
     ``out_dir/manifest.json`` with counts and the fingerprint (sha256 of records.jsonl). Each file is atomic and
     the manifest is written last, so a directory with a manifest is complete."""
     import datasets
+
+    from omnimed.data.hf import record_set_datasets
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "manifest.json").unlink(missing_ok=True)
     fingerprint = write_records(out / "records.jsonl", records)
-    groups = group_by_kind(records)
-    dd = datasets.DatasetDict({kind: to_hf_dataset(recs) for kind, recs in groups.items()})
     bars = datasets.is_progress_bar_enabled()
     datasets.disable_progress_bars()
     try:
         with atomic_path(out / "hf", is_dir=True) as tmp:
-            dd.save_to_disk(str(tmp))
+            for name, dd in record_set_datasets(records).items():
+                dd.save_to_disk(str(tmp / name))
     finally:
         if bars:
             datasets.enable_progress_bars()

@@ -34,8 +34,6 @@ class Record(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
     kind: ClassVar[str] = "record"
-    #: fields holding dicts with free keys (or nested models); stored as JSON strings in HF datasets
-    json_fields: ClassVar[tuple[str, ...]] = ("metadata",)
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
@@ -58,25 +56,9 @@ class Record(BaseModel):
                 msg = f"unknown field for a {cls.kind}; expected one of {sorted(cls.model_fields)}"
             raise RecordError(path, line, loc, msg) from None
 
-    # --- Hugging Face datasets rows: free-keyed dicts become JSON strings so Arrow keeps them exactly ---
-    def to_hf_row(self) -> dict[str, Any]:
-        row = self.to_dict()
-        for name in self.json_fields:
-            row[name] = json.dumps(row[name], ensure_ascii=False)
-        return row
-
-    @classmethod
-    def from_hf_row(cls, row: dict[str, Any]):
-        data = dict(row)
-        for name in cls.json_fields:
-            if isinstance(data.get(name), str):
-                data[name] = json.loads(data[name])
-        return cls.model_validate(data)
-
 
 class MultipleChoiceQuestion(Record):
     kind: ClassVar[str] = "mcq"
-    json_fields: ClassVar[tuple[str, ...]] = ("options", "metadata")
 
     id: str
     question: str = Field(min_length=1)
@@ -166,7 +148,6 @@ class ReflectiveLabels(BaseModel):
 
 class InstructionExample(Record):
     kind: ClassVar[str] = "instruction"
-    json_fields: ClassVar[tuple[str, ...]] = ("evidence", "labels", "metadata")
 
     id: str
     instruction: str = Field(min_length=1)
@@ -182,7 +163,6 @@ class Plan(Record):
     """Queries per knowledge source (Omni-RAG): 0 to 3 per source, an empty list means the source is unused."""
 
     kind: ClassVar[str] = "plan"
-    json_fields: ClassVar[tuple[str, ...]] = ("queries", "metadata")
 
     question_id: str = ""
     question: str = ""
@@ -215,7 +195,6 @@ class PromptCompletion(Record):
     code that asks at inference (e.g. the reader's) is trained on exactly as it will be asked."""
 
     kind: ClassVar[str] = "prompt_completion"
-    json_fields: ClassVar[tuple[str, ...]] = ("metadata",)
 
     id: str
     prompt: list[Message] = Field(min_length=1)
@@ -235,7 +214,6 @@ class PreferencePair(Record):
     """A DPO pair in TRL's conversational format: prompt, chosen and rejected are message lists."""
 
     kind: ClassVar[str] = "preference"
-    json_fields: ClassVar[tuple[str, ...]] = ("metadata",)
 
     id: str = ""
     prompt: list[Message] = Field(min_length=1)
@@ -255,7 +233,6 @@ class UtilityExample(Record):
     """A query with candidate passages and one teacher utility score per passage (PolyRAG distillation)."""
 
     kind: ClassVar[str] = "utility"
-    json_fields: ClassVar[tuple[str, ...]] = ("passages", "metadata")
 
     id: str
     query: str = Field(min_length=1)

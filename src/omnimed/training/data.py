@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from omnimed.data.hf import to_hf_dataset
 from omnimed.data.records import Record
 from omnimed.training.config import DataConfig, TaskConfig
 from omnimed.training.resume import ResumableBatchSampler, ResumableDataLoader, trainer_progress
@@ -194,13 +195,15 @@ def _features(
 
 
 def as_dataset(data: SFTData) -> datasets.Dataset:
-    """An HF dataset of the examples: records become HF rows (JSON-string evidence), dicts are kept as rows."""
+    """An HF dataset of the examples: records become rows of their kind's features, dicts are kept as rows."""
     if isinstance(data, datasets.Dataset):
         return data
-    rows = [r.to_hf_row() if isinstance(r, Record) else dict(r) for r in data]
-    if not rows:
+    data = list(data)
+    if not data:
         raise ValueError("no examples to train on")
-    return datasets.Dataset.from_list(rows)
+    if all(isinstance(r, Record) for r in data):
+        return to_hf_dataset(data)
+    return datasets.Dataset.from_list([dict(r) for r in data])
 
 
 # ----------------------------------------------------------------------------------------------- module

@@ -147,6 +147,7 @@ def data_artifact_name(cfg: TrainConfig, lineage: dict[str, Any]) -> str:
 
 def load_examples(cfg: TrainConfig) -> tuple[list, dict[str, Any]]:
     """The training records named by ``cfg.data`` and their lineage (where from, fingerprint)."""
+    from omnimed.data.hf import split_of
     from omnimed.data.records import record_type
 
     d = cfg.data
@@ -181,17 +182,13 @@ def load_examples(cfg: TrainConfig) -> tuple[list, dict[str, Any]]:
     else:
         raise ValueError(f"data.source={d.source!r}: expected one of world, records")
     if d.split:
-        records = [r for r in records if _split_of(r) in (d.split, None)]
+        records = [r for r in records if split_of(r) in (d.split, None)]
     if d.max_examples:
         records = records[: d.max_examples]
     if not records:
         raise ValueError(f"data {d.name}: no {d.record_kind} records found")
     lineage["examples"] = len(records)
     return records, lineage
-
-
-def _split_of(record) -> str | None:
-    return getattr(record, "split", None) or getattr(record, "metadata", {}).get("split")
 
 
 def _val_every(trainer_cfg) -> int | float | None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from omnimed.data.hf import from_hf_row
 from omnimed.data.records import InstructionExample
 from omnimed.models.layout import check_layout, plain_prompt, user_text
 
@@ -102,14 +103,14 @@ def is_conversational(batch: Mapping[str, list[Any]]) -> bool:
 def format_batch(
     batch: Mapping[str, list[Any]], tokenizer: Any, template: TemplateMode = "auto"
 ) -> dict[str, list[str]]:
-    """Batched :func:`format_example` over HF rows of instruction examples (JSON-string fields are parsed), or
+    """Batched :func:`format_example` over HF rows of instruction examples (:mod:`omnimed.data.hf`), or
     :func:`format_conversation` over rows whose ``prompt`` and ``completion`` are message lists."""
     n = len(next(iter(batch.values())))
     rows = [{k: v[i] for k, v in batch.items()} for i in range(n)]
     if is_conversational(batch):
         formatted = [format_conversation(r["prompt"], r["completion"], tokenizer, template) for r in rows]
     else:
-        formatted = [format_example(InstructionExample.from_hf_row(row), tokenizer, template) for row in rows]
+        formatted = [format_example(from_hf_row(InstructionExample, row), tokenizer, template) for row in rows]
     return {"prompt": [f["prompt"] for f in formatted], "completion": [f["completion"] for f in formatted]}
 
 

@@ -412,31 +412,33 @@ def test_fast_dev_run_preset_touches_no_checkpoint(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------- ZeRO-3 on CPU
-ZERO3 = ["model=tiny-llama", "data=world_tiny", "strategy=deepspeed_zero3", "trainer.accelerator=cpu",
+ZERO3 = ["model=tiny-llama", "data=world_tiny", "trainer.accelerator=cpu",
          "trainer.devices=2", "trainer.max_steps=4", "trainer.max_epochs=-1", "trainer.val_check_interval=null",
          "logger=csv", "task.lr=1e-2"]
 
 
-def _zero3_train(tmp: Path, *overrides: str) -> Path:
+def _zero3_train(tmp: Path, *overrides: str, strategy: str = "deepspeed_zero3") -> Path:
     old = os.environ.get("DS_ACCELERATOR")
     os.environ["DS_ACCELERATOR"] = "cpu"  # DeepSpeed without CUDA: its CPU accelerator, gloo between the 2 ranks
     try:
-        train(tmp, *ZERO3, *overrides, timeout=600)
+        train(tmp, *ZERO3, f"strategy={strategy}", *overrides, timeout=600)
     finally:
         os.environ.pop("DS_ACCELERATOR") if old is None else os.environ.__setitem__("DS_ACCELERATOR", old)
     return tmp / "checkpoints" / "sft" / overrides[-1].removeprefix("run_name=")
 
 
-def test_zero3_cli_two_processes_full_finetune_exports_a_plain_hf_model(tmp_path):
+@pytest.mark.parametrize("strategy", ["deepspeed_zero3", "deepspeed_zero3_offload"])
+def test_zero3_cli_two_processes_full_finetune_exports_a_plain_hf_model(tmp_path, strategy):
     """The users' GPU code path (Lightning DeepSpeedStrategy, ZeRO-3 sharding inside configure_model) on 2 CPU
-    ranks: both ranks save a shard, the shards consolidate, and the HF export holds exactly the trained weights."""
+    ranks: both ranks save a shard, the shards consolidate, and the HF export holds exactly the trained weights.
+    The offload preset (optimizer state and parameters on the CPU) trains with DeepSpeed's CPU AdamW."""
     from transformers import AutoModelForCausalLM
 
     from omnimed.models.config import ModelConfig
     from omnimed.models.loading import load_causal_lm
     from omnimed.training.export import consolidate_checkpoint
 
-    run = _zero3_train(tmp_path, "model.lora.enabled=false", "run_name=z3full")
+    run = _zero3_train(tmp_path, "model.lora.enabled=false", "run_name=z3full", strategy=strategy)
     shards = sorted((run / "lightning" / "last.ckpt").rglob("*model_states.pt"))
     assert len(shards) == 2, shards  # one ZeRO partition per rank
     exported = AutoModelForCausalLM.from_pretrained(run / "hf")

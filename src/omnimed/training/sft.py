@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
+from functools import partial
 from typing import Any, TypeVar
 
 import lightning as L
@@ -199,6 +200,17 @@ class SFTModule(L.LightningModule):
         return loss
 
     # ------------------------------------------------------------------------------------------- optimisation
+    def _adamw(self) -> Any:
+        """torch's AdamW, or DeepSpeed's CPU AdamW when ZeRO offloads the optimizer state to the CPU (DeepSpeed
+        refuses a torch optimizer there: the update runs on the CPU, where its vectorised kernel is the fast one)."""
+        config = getattr(self.trainer.strategy, "config", None) or {}
+        offload = (config.get("zero_optimization") or {}).get("offload_optimizer") or {}
+        if offload.get("device") == "cpu":
+            from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+            return partial(DeepSpeedCPUAdam, adamw_mode=True)
+        return torch.optim.AdamW
+
     def configure_optimizers(self) -> dict[str, Any]:
         """AdamW over trainable parameters (no decay on norms/biases) with a per-step warmup + decay schedule.
 
@@ -213,7 +225,7 @@ class SFTModule(L.LightningModule):
         groups = optimizer_groups(self._require_model(), self.task_cfg.weight_decay)
         if not groups:
             raise RuntimeError("the model has no trainable parameters")
-        optimizer = torch.optim.AdamW(groups, lr=self.task_cfg.lr)
+        optimizer = self._adamw()(groups, lr=self.task_cfg.lr)
         total = self.trainer.estimated_stepping_batches
         if not math.isfinite(total):
             raise ValueError(

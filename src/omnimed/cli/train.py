@@ -20,7 +20,8 @@ register_train_configs()
 
 
 def print_summary(result) -> None:
-    table = Table(title="omnimed-train: done", show_header=False)
+    """The run's outputs and final metrics, titled with its run name (a sweep's jobs print one after another)."""
+    table = Table(title=f"omnimed-train: done: {result.run_dir.name}", show_header=False)
     table.add_column(no_wrap=True)
     table.add_column(overflow="fold")  # paths in full, folded at the console's width, never cut
     table.add_row("checkpoint", str(result.run_dir / "lightning" / "last.ckpt"))

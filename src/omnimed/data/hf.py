@@ -113,13 +113,13 @@ def _by_split(records: list[R]) -> dict[str, list[R]]:
 
 
 def trl_rows(records: list[Record], fmt: str) -> list[dict[str, Any]]:
-    """Instruction examples in one of TRL's SFT formats (:data:`TRL_FORMATS`): the user turn is the instruction
-    and its input, the assistant turn the output."""
-    from omnimed.models.layout import user_text
+    """Instruction examples in one of TRL's SFT formats (:data:`TRL_FORMATS`): the user turn as the chat layout
+    writes it (instruction, input, evidence), the assistant turn the output."""
+    from omnimed.data.text import user_text
 
     rows = []
     for r in records:
-        user = {"role": "user", "content": user_text(r.instruction, r.input)}
+        user = {"role": "user", "content": user_text(r.instruction, r.input, r.evidence)}
         reply = {"role": "assistant", "content": r.output}
         if fmt == "sft_prompt_completion":
             rows.append({"id": r.id, "prompt": [user], "completion": [reply]})

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from omnimed.data.records import Passage
+from omnimed.data.text import render_evidence, user_text
 
 LAYOUTS: tuple[str, ...] = ("chat", "plain")
 PLAIN_LAYOUT = "### Instruction:\n{instruction}\n\n{input_block}{evidence_block}### Response:\n"
@@ -21,22 +22,6 @@ def check_layout(prompt_layout: str) -> str:
     if prompt_layout not in LAYOUTS:
         raise ValueError(f"model.prompt_layout={prompt_layout!r}; expected chat or plain")
     return prompt_layout
-
-
-def render_evidence(passages: Sequence[Passage]) -> str:
-    """Evidence as Self-RAG writes it: one ``<paragraph>TITLE\\nTEXT</paragraph>`` segment per passage (the title
-    line only when there is a title), segments separated by newlines."""
-    segments = []
-    for p in passages:
-        body = f"{p.title}\n{p.text}" if p.title else p.text
-        segments.append(f"<paragraph>{body}</paragraph>")
-    return "\n".join(segments)
-
-
-def user_text(instruction: str, input_text: str = "", evidence: Sequence[Passage] = ()) -> str:
-    """The chat layout's user turn: the instruction, then the input, then the evidence, blank-line separated."""
-    return "\n\n".join([instruction, *([input_text] if input_text else []),
-                        *([render_evidence(evidence)] if evidence else [])])
 
 
 def plain_prompt(instruction: str, input_text: str = "", evidence: Sequence[Passage] = ()) -> str:

@@ -136,7 +136,7 @@ def _profiler(cfg: TrainConfig, output_dir: Path):
     return classes[name](dirpath=str(output_dir), filename="profiler")
 
 
-def data_artifact_name(cfg: TrainConfig, lineage: dict[str, Any]) -> str:
+def data_artifact_name(lineage: dict[str, Any]) -> str:
     """The W&B dataset artifact a run's data is a version of: the world by size (``world-small``), a records set
     by its folder's name (``records-critic_data``); versions differ by content."""
     if lineage["source"] == "world":
@@ -320,7 +320,7 @@ def train(
     config_dict = {k: v for k, v in config_dict.items() if k != "hydra"}
     lineage = log_lineage(logger, config_dict, {"data_lineage": data_lineage, "run_name": run_name})
     if _is_rank_zero():
-        use_dataset(logger, data_artifact_name(cfg, data_lineage), data_lineage)
+        use_dataset(logger, data_artifact_name(data_lineage), data_lineage)
     # before fit, so that a run which crashes or is killed still says what it was (rewritten after fit)
     if _is_rank_zero() and not cfg.debug.fast_dev_run:
         _write_run_files(run_dir, config_dict, lineage)

@@ -386,7 +386,7 @@ def train(
         logger.experiment.summary.update(metrics)
         if hf_dir is not None:
             log_model(logger, hf_dir, f"{cfg.task.name}-{run_name}",
-                      {"task": cfg.task.name, "model": cfg.model.name, "base_model": base_model_id(cfg.model),
+                      {"task": cfg.task.name, "model": cfg.model.name, "base_model": export_options["base_model_id"],
                        "data_fingerprint": data_lineage["fingerprint"], **metrics})
         logger.experiment.finish()
     profiler_report = None

@@ -359,13 +359,20 @@ def test_examples_too_long_for_max_length_are_counted_and_reported(tokenizer, tm
         assert (dm.dropped_too_long, dm.num_examples) == (3, 10)
         assert len(dm.train_dataset) + len(dm.val_dataset) == 7
         warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-        assert any("dropped 3 of 10 examples" in w and "task.max_length=64" in w for w in warnings), warnings
-    # nothing dropped: the count is 0 and nothing is said
+        assert any("dropped 3 of 10 examples" in w and "task.max_length=64" in w
+                   and f"task.max_length={dm.needed_length} keeps every example whole" in w for w in warnings), warnings
+    # the suggested max_length keeps every example whole: nothing dropped or cut, and nothing is said
+    assert dm.needed_length > 64
     caplog.clear()
-    roomy = SFTDataModule(examples, tokenizer, data_cfg(), replace(task, max_length=1024))
+    roomy = SFTDataModule(examples, tokenizer, data_cfg(), replace(task, max_length=dm.needed_length))
     with caplog.at_level("WARNING", logger=data_mod.__name__):
         roomy.setup("fit")
-    assert roomy.dropped_too_long == 0 and not [r for r in caplog.records if "dropped" in r.getMessage()]
+    assert (roomy.dropped_too_long, roomy.truncated, roomy.needed_length) == (0, 0, dm.needed_length)
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+    # one token less cuts the longest examples' end (their EOS): counted as cut short, not dropped
+    tight = SFTDataModule(examples, tokenizer, data_cfg(), replace(task, max_length=dm.needed_length - 1))
+    tight.setup("fit")
+    assert tight.dropped_too_long == 0 and tight.truncated >= 1
 
 
 # ----------------------------------------------------------------------------------------------- training

@@ -149,7 +149,7 @@ def test_objective_that_is_not_built_fails_naming_it(tmp_path):
 
 # ------------------------------------------------------------------------------------------- a full run
 def test_tiny_run_writes_checkpoint_export_metrics_and_wandb(tmp_path):
-    res = train(tmp_path, *TINY, "trainer.max_steps=8", "run_name=full", "experiment=unit")
+    res = train(tmp_path, *TINY, "trainer.max_steps=8", "run_name=full", "experiment=unit", "task.max_length=192")
     run = tmp_path / "checkpoints" / "sft" / "full"
     assert (run / "lightning" / "last.ckpt").exists()
     assert (run / "config.yaml").exists() and "tiny-llama" in (run / "config.yaml").read_text()
@@ -158,10 +158,13 @@ def test_tiny_run_writes_checkpoint_export_metrics_and_wandb(tmp_path):
     metrics = json.loads((tmp_path / "hydra_run" / "metrics.json").read_text())
     assert metrics["train/steps"] > 0 and "val/loss" in metrics
     assert "omnimed-train: done: full" in res.stderr + res.stdout  # a sweep's summaries say whose they are
-    # tiny-llama's small vocabulary makes many world_tiny prompts longer than max_length: counted and reported
+    # tiny-llama's small vocabulary makes many world_tiny prompts longer than 192 tokens: counted and reported,
+    # with the max_length that would keep them all
     dropped, examples = int(metrics["data/dropped_too_long"]), int(metrics["data/examples"])
-    assert 0 < dropped < examples
-    assert f"dropped {dropped} of {examples} examples" in res.stdout + res.stderr and "max_length=192" in res.stdout
+    needed = int(metrics["data/needed_length"])
+    assert 0 < dropped < examples and needed > 192
+    assert f"dropped {dropped} of {examples} examples" in res.stdout and "max_length=192" in res.stdout
+    assert f"task.max_length={needed} keeps every example whole" in res.stdout
 
     # the HF export (LoRA merged) loads with plain from_pretrained and generates
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -266,6 +269,8 @@ def test_sigkill_then_resume_ends_with_the_same_weights(tmp_path):
                              f"paths.root={tmp_path}", f"hydra.run.dir={tmp_path}/killed2", *common,
                              "run_name=crashed", "ckpt_path=last"], cwd=tmp_path, env=env, capture_output=True)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    # resumed mid-epoch, its bar still counts the epoch (Lightning's own showed `0/?` until the epoch ended)
+    assert re.search(r"Epoch 0: 100%\|[^|]*\| 120/120", killed.stdout.decode()), killed.stdout[-3000:]
     run = tmp_path / "checkpoints" / "sft" / "crashed"
     assert not (run / "hf").exists() and list(run.glob(".hf.*.tmp"))
     train(tmp_path, *common, "run_name=crashed", "ckpt_path=last")  # resumes at step 120: only the export is left

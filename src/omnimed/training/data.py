@@ -184,14 +184,14 @@ def _features(
     mask_spans: Sequence[Sequence[str]],
     template: TemplateMode,
 ) -> dict[str, list]:
-    """Format (unless rows already hold prompt/completion) and tokenize a batch; drop examples left with no
-    supervised token (a prompt longer than ``max_length``), whose loss would be 0/0 (``SFTDataModule`` counts and
-    reports them)."""
+    """Format (unless rows already hold prompt/completion) and tokenize a batch, counting each example's
+    ``supervised`` tokens: one left with none (a prompt of ``max_length`` tokens or more) would have a 0/0 loss,
+    and ``SFTDataModule`` drops, counts and reports it with the ``max_length`` that would keep it."""
     if "prompt" not in batch or "completion" not in batch or is_conversational(batch):
         batch = format_batch(batch, tokenizer, template)  # records, or conversational (message-list) rows
     feats = tokenize_prompt_completion(batch, tokenizer, max_length, mask_spans)
-    keep = [i for i, labels in enumerate(feats["labels"]) if any(lab != IGNORE_INDEX for lab in labels)]
-    return {k: [v[i] for i in keep] for k, v in feats.items()}
+    feats["supervised"] = [sum(lab != IGNORE_INDEX for lab in labels) for labels in feats["labels"]]
+    return feats
 
 
 def as_dataset(data: SFTData) -> datasets.Dataset:
@@ -249,8 +249,11 @@ class SFTDataModule(L.LightningDataModule):
         )
         self.cache_hit: bool | None = None
         # examples dropped for having no supervised token within task.max_length (a prompt at least that long),
-        # out of num_examples; set by setup()
+        # out of num_examples; examples kept but cut short (the end of their completion lost); the max_length
+        # that keeps every example whole. Set by tokenized()
         self.dropped_too_long: int | None = None
+        self.truncated: int | None = None
+        self.needed_length: int | None = None
         self.num_examples = len(self._raw)
         self.train_dataset: datasets.Dataset | None = None
         self.val_dataset: datasets.Dataset | None = None
@@ -269,15 +272,16 @@ class SFTDataModule(L.LightningDataModule):
         return pad
 
     def tokenized(self) -> datasets.Dataset:
-        """All examples as features (``input_ids``, ``attention_mask``, ``labels``, ``length``), from the cache
-        file when it exists, else computed by ``Dataset.map`` and written there."""
+        """The examples with a supervised token as features (``input_ids``, ``attention_mask``, ``labels``,
+        ``length``), from the cache file when it exists, else computed by ``Dataset.map`` and written there;
+        counts what ``max_length`` cut (``dropped_too_long``, ``truncated``, ``needed_length``)."""
         cache_file = self.cache_file
         if cache_file is not None:
             cache_file.parent.mkdir(parents=True, exist_ok=True)
             self.cache_hit = cache_file.exists()
         else:
             self.cache_hit = False
-        return self._raw.map(
+        feats = self._raw.map(
             _features,
             batched=True,
             remove_columns=self._raw.column_names,
@@ -293,6 +297,12 @@ class SFTDataModule(L.LightningDataModule):
             new_fingerprint=self.cache_key,
             desc="Tokenizing SFT examples",
         )
+        supervised, full = feats["supervised"], feats["full_length"]
+        keep = [i for i, n in enumerate(supervised) if n]
+        self.dropped_too_long = len(feats) - len(keep)
+        self.truncated = sum(full[i] > self.task_cfg.max_length for i in keep)
+        self.needed_length = max(full, default=0)
+        return feats if len(keep) == len(feats) else feats.select(keep, keep_in_memory=True)
 
     def prepare_data(self) -> None:
         if self.cache_dir is not None:
@@ -302,7 +312,7 @@ class SFTDataModule(L.LightningDataModule):
         if self.train_dataset is not None:
             return
         ds = self.tokenized()
-        self._report_dropped(len(ds))
+        self._report_cut()
         if len(ds) == 0:
             raise ValueError(
                 f"no example has a supervised token within task.max_length={self.task_cfg.max_length}"
@@ -316,23 +326,23 @@ class SFTDataModule(L.LightningDataModule):
             val = val.select(sorted(range(len(val)), key=lengths.__getitem__), keep_in_memory=True)
         self.val_dataset = val
 
-    def _report_dropped(self, kept: int) -> None:
-        """Count (and warn about, once, on rank 0) the examples that tokenization dropped: with the prompt taking
-        all of ``max_length`` they keep no supervised token. Counted from the feature rows, so a cache hit
-        reports the same number as the run that tokenized."""
-        self.dropped_too_long = self.num_examples - kept
-        if not self.dropped_too_long:
+    def _report_cut(self) -> None:
+        """Warn (once, on rank 0) about the examples ``max_length`` dropped or cut short, with the value that keeps
+        them all. Counted from the feature rows, so a cache hit reports what the run that tokenized did."""
+        if not (self.dropped_too_long or self.truncated):
             return
         from lightning.fabric.utilities.rank_zero import rank_zero_only
 
         if getattr(rank_zero_only, "rank", 0) != 0:
             return
-        share = self.dropped_too_long / max(self.num_examples, 1)
-        message = (
-            f"dropped {self.dropped_too_long} of {self.num_examples} examples ({share:.1%}): their prompt leaves no "
-            f"completion token within task.max_length={self.task_cfg.max_length} (raise task.max_length to keep them)"
-        )
-        log.warning(message)
+        limit, n = self.task_cfg.max_length, self.num_examples
+        parts = []
+        if self.dropped_too_long:
+            parts.append(f"dropped {self.dropped_too_long} of {n} examples ({self.dropped_too_long / n:.1%}): their "
+                         f"prompt leaves no completion token within task.max_length={limit}")
+        if self.truncated:
+            parts.append(f"cut the completion of {self.truncated} of {n} examples short at task.max_length={limit}")
+        log.warning("; ".join(parts) + f"; task.max_length={self.needed_length} keeps every example whole")
 
     def _split(self, ds: datasets.Dataset) -> tuple[datasets.Dataset, datasets.Dataset | None]:
         """Deterministic split: the same seed and data give the same validation examples on every run/rank."""

@@ -18,7 +18,6 @@ import json
 import math
 import os
 import re
-import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -202,8 +201,7 @@ def _val_every(trainer_cfg) -> int | float | None:
 
 
 def _callbacks(cfg: TrainConfig, ckpt_dir: Path, history):
-    from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
-
+    from omnimed.training.progress import progress_bar
     from omnimed.training.resume import RNGStateCallback, StepCheckpoint
 
     ckpt = StepCheckpoint(
@@ -216,8 +214,7 @@ def _callbacks(cfg: TrainConfig, ckpt_dir: Path, history):
     )
     # with max_epochs -1 (the default trainer), Lightning's bars count the epoch's batches or the steps left,
     # whichever is fewer, so a 20-step run shows 20 and its ETA
-    bar = RichProgressBar() if sys.stderr.isatty() else TQDMProgressBar(refresh_rate=10)
-    return [ckpt, RNGStateCallback(), history, bar]
+    return [ckpt, RNGStateCallback(), history, progress_bar()]
 
 
 class TrainHistory(Callback):
@@ -377,6 +374,9 @@ def train(
     if getattr(datamodule, "dropped_too_long", None) is not None:
         metrics["data/dropped_too_long"] = float(datamodule.dropped_too_long)
         metrics["data/examples"] = float(datamodule.num_examples)
+        for key in ("truncated", "needed_length"):  # what max_length cut, and the value that cuts nothing
+            if getattr(datamodule, key, None) is not None:
+                metrics[f"data/{key}"] = float(getattr(datamodule, key))
     if trainer.is_global_zero:
         atomic_write_json(output_dir / "metrics.json", metrics)
     logger_dir = wandb_run_dir(logger) if logger is not None else None

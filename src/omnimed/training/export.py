@@ -16,6 +16,7 @@ Call these on one process (rank 0) with an ordinary, unsharded model; ZeRO-3 / F
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import os
 import tempfile
@@ -165,16 +166,14 @@ def export_hf(
 
 
 def _save_adapter(model: nn.Module, folder: Path, base_model_id: str | None) -> None:
-    """The adapter's files, naming ``base_model_id`` as its base (the live model's config is restored after)."""
-    configs = list(model.peft_config.values())
-    loaded_from = [c.base_model_name_or_path for c in configs]
-    try:
-        for c in configs:
-            c.base_model_name_or_path = base_model_id or c.base_model_name_or_path
-        model.save_pretrained(folder, safe_serialization=True)
-    finally:
-        for c, base in zip(configs, loaded_from):
-            c.base_model_name_or_path = base
+    """The adapter's files, naming ``base_model_id`` as its base. Written against the local base and renamed in
+    ``adapter_config.json`` after: PEFT would look the hub id up online while saving (a warning offline)."""
+    model.save_pretrained(folder, safe_serialization=True)
+    if base_model_id:
+        for config in folder.rglob("adapter_config.json"):  # one per adapter
+            data = json.loads(config.read_text())
+            data["base_model_name_or_path"] = base_model_id
+            config.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def _save_full(model: nn.Module, tokenizer: Any, gen: Any, folder: Path) -> None:

@@ -22,8 +22,8 @@ BUILTIN: tuple[str, ...] = ("sft",)
 @dataclass(frozen=True)
 class Objective:
     """``datamodule(cfg, records, tokenizer)`` and ``module(cfg, tokenizer)`` build the Lightning pair from the
-    run's :class:`~omnimed.training.config.TrainConfig`; the data module may expose ``dropped_too_long`` and
-    ``num_examples``, which the run reports."""
+    run's :class:`~omnimed.training.config.TrainConfig`; the data module may expose ``dropped_too_long``,
+    ``num_examples``, ``truncated`` and ``needed_length``, which the run reports."""
 
     name: str
     datamodule: Callable[[Any, list, Any], Any]

@@ -29,7 +29,7 @@ TemplateMode = Literal["auto", "chat", "plain"]
 
 #: Bumped whenever the text produced by :func:`format_example` or the features of
 #: :func:`tokenize_prompt_completion` change, so cached tokenized datasets are not reused across versions.
-FORMAT_VERSION = "sft-format-v1"
+FORMAT_VERSION = "sft-format-v2"
 
 
 # ----------------------------------------------------------------------------------------------- formatting
@@ -170,8 +170,9 @@ def tokenize_prompt_completion(
     max_length: int,
     mask_spans: Sequence[Sequence[str]] = (),
 ) -> dict[str, list[list[int]] | list[int]]:
-    """Tokenize a batch of ``prompt``/``completion`` strings into ``input_ids``, ``attention_mask``, ``labels``
-    and ``length`` (tokens per example), for ``Dataset.map(batched=True)``.
+    """Tokenize a batch of ``prompt``/``completion`` strings into ``input_ids``, ``attention_mask``, ``labels``,
+    ``length`` (tokens per example) and ``full_length`` (tokens before the cut at ``max_length``: what
+    ``max_length`` must be to keep the example whole), for ``Dataset.map(batched=True)``.
 
     ``labels`` equal ``input_ids`` except for :data:`IGNORE_INDEX` on
 
@@ -205,7 +206,7 @@ def tokenize_prompt_completion(
     prefix = special_prefix_ids(tokenizer)
     eos = tokenizer.eos_token_id
 
-    out: dict[str, list] = {"input_ids": [], "attention_mask": [], "labels": [], "length": []}
+    out: dict[str, list] = {"input_ids": [], "attention_mask": [], "labels": [], "length": [], "full_length": []}
     for prompt, text, ids, offsets in zip(prompts, texts, enc["input_ids"], enc["offset_mapping"]):
         masked = [(0, len(prompt))] if prompt else []
         masked = sorted(masked + find_masked_char_spans(text, mask_spans))
@@ -217,6 +218,7 @@ def tokenize_prompt_completion(
         if eos is not None and (not ids or ids[-1] != eos):
             ids.append(eos)
             labels.append(eos)
+        out["full_length"].append(len(ids))
         ids, labels = ids[:max_length], labels[:max_length]
         out["input_ids"].append(ids)
         out["attention_mask"].append([1] * len(ids))

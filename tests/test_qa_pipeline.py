@@ -161,6 +161,14 @@ def test_evaluate_qa_with_smollm2_writes_every_prediction(tmp_path):
     summary = json.loads(subprocess.run([str(BIN / "wandb"), "leet", "inspect", "--summary", "--json", str(run_file)],
                                         capture_output=True, text=True, check=True).stdout)
     assert summary["summary"]["accuracy"] == pytest.approx(metrics["accuracy"])
+    # the predictions and metrics are the run's output artifact (the packaged reader is no trained input)
+    history = subprocess.run([str(BIN / "wandb"), "leet", "inspect", "--json", str(run_file)],
+                             capture_output=True, text=True, check=True).stdout
+    artifacts = [json.loads(line)["artifact"] for line in history.splitlines() if '"type":"artifact"' in line]
+    (evaluation,) = [a for a in artifacts if a["type"] in ("evaluation", "model")]  # beside W&B's tables
+    assert evaluation["type"] == "evaluation" and evaluation["aliases"] == ["latest"]
+    assert {"predictions.jsonl", "metrics.json"} <= {e["path"] for e in evaluation["manifest"]["contents"]}
+    assert json.loads(evaluation["metadata"])["accuracy"] == pytest.approx(metrics["accuracy"])
 
 
 def test_several_seeds_pool_the_interval_over_questions_and_count_missing_answers_per_seed(tmp_path, monkeypatch):

@@ -46,3 +46,21 @@ def test_secrets_are_redacted_at_any_depth_but_token_settings_are_kept():
     assert out["backend"] == {"api_key": "<redacted>", "base_url": "http://x"}
     assert out["hf_token"] == "<redacted>" and out["list"] == [{"password": "<redacted>"}]
     assert out["model"] == {"special_tokens": ["[Retrieval]"], "max_new_tokens": 8}
+
+
+def test_an_evaluation_finds_the_trained_models_its_config_points_at(tmp_path):
+    """Exports of omnimed training runs (their run folder holds versions.json), merged or adapter, anywhere in the
+    config, by the artifact name their training run logged (`<task>-<run>`); packaged or hub models are not."""
+    from omnimed.tracking import trained_models
+
+    for task, run in (("reader", "reader-miniature"), ("generator", "gen 1")):
+        (tmp_path / task / run / "hf" / "adapter").mkdir(parents=True)
+        (tmp_path / task / run / "versions.json").write_text("{}")
+    (tmp_path / "plain" / "hf").mkdir(parents=True)  # an hf folder outside a training run
+    config = {"model": {"name_or_path": str(tmp_path / "reader" / "reader-miniature" / "hf")},
+              "pipeline": {"generator": str(tmp_path / "generator" / "gen 1" / "hf" / "adapter"), "top_k": 5},
+              "others": [str(tmp_path / "plain" / "hf"), "HuggingFaceTB/SmolLM2-135M-Instruct", None]}
+    assert trained_models(config) == {
+        "reader-reader-miniature": (tmp_path / "reader" / "reader-miniature" / "hf").resolve(),
+        "generator-gen-1": (tmp_path / "generator" / "gen 1" / "hf").resolve(),
+    }

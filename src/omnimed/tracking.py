@@ -1,6 +1,7 @@
 """Experiment tracking: W&B by default (never a login prompt), CSV or TensorBoard as alternatives, and the lineage
-every run records: resolved config, package versions, git commit, dataset fingerprints, and on W&B the data a run
-trained on and the model it exported as artifacts (the dashboard's lineage graph and model registry).
+every run records: resolved config, package versions, git commit, dataset fingerprints, and on W&B as artifacts
+(the dashboard's lineage graph and model registry) the data a run trained on and the model it exported, the trained
+models an evaluation used and the predictions and metrics it wrote.
 
 W&B mode: ``WANDB_MODE`` wins when set; otherwise online when credentials exist (``WANDB_API_KEY`` or a netrc entry
 for the W&B host), offline when they do not. Offline runs land in ``<save_dir>/wandb/offline-run-*/`` and can be
@@ -159,8 +160,7 @@ def artifact_name(text: str) -> str:
 def use_dataset(logger, name: str, lineage: dict[str, Any]) -> None:
     """Declare the training data as the run's input artifact (type ``dataset``, the lineage in its metadata): a
     records file by reference (checksummed, not copied), a world built in-process by its recipe. Online this is
-    ``run.use_artifact``; offline W&B refuses ``use_artifact``, so the artifact is logged the way
-    ``use_artifact`` logs a new one (``use_after_commit``), and ``wandb sync`` records it as the run's input."""
+    ``run.use_artifact`` (offline, see :func:`_use`)."""
     run = _wandb_run(logger)
     if run is None:
         return
@@ -174,10 +174,68 @@ def use_dataset(logger, name: str, lineage: dict[str, Any]) -> None:
     else:
         with artifact.new_file("lineage.json") as fh:
             json.dump(lineage, fh, sort_keys=True)
+    _use(run, artifact)
+
+
+def _use(run, artifact) -> None:
+    """Declare ``artifact`` as the run's input. Online this is ``run.use_artifact``; offline W&B refuses
+    ``use_artifact``, so the artifact is logged the way ``use_artifact`` logs a new one (``use_after_commit``),
+    and ``wandb sync`` records it as the run's input."""
     if run.offline:
         run._log_artifact(artifact, use_after_commit=True)
     else:
         run.use_artifact(artifact)
+
+
+def trained_models(config: Any) -> dict[str, Path]:
+    """The omnimed exports a config points at (``checkpoints/<task>/<run>/hf`` and its ``adapter/``: a folder
+    whose training run wrote ``versions.json``), by the model artifact name their training run logged
+    (``<task>-<run>``), so an evaluation's inputs join the training runs' outputs in the lineage graph."""
+    found: dict[str, Path] = {}
+    stack = [config]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, str) and item and len(item) < 4096:
+            folder = Path(item).expanduser()
+            export = folder.parent if folder.name == "adapter" else folder
+            if export.name == "hf" and (export.parent / "versions.json").is_file() and folder.is_dir():
+                run = export.parent
+                found[artifact_name(f"{run.parent.name}-{run.name}")] = export.resolve()
+    return found
+
+
+def use_models(logger, config: dict[str, Any]) -> list[str]:
+    """Declare the trained models ``config`` points at as the run's inputs (type ``model``, by reference: the same
+    files give the same version as the training run's output); returns their artifact names."""
+    run = _wandb_run(logger)
+    if run is None:
+        return []
+    import wandb
+
+    models = trained_models(config)
+    for name, folder in models.items():
+        artifact = wandb.Artifact(name, type="model")
+        artifact.add_reference(folder.as_uri())
+        _use(run, artifact)
+    return sorted(models)
+
+
+def log_evaluation(logger, name: str, files: list[Path], metadata: dict[str, Any]) -> None:
+    """Log an evaluation's outputs (predictions and metrics, copied: they are small) as the run's output
+    artifact of type ``evaluation``."""
+    run = _wandb_run(logger)
+    if run is None:
+        return
+    import wandb
+
+    artifact = wandb.Artifact(artifact_name(name), type="evaluation", metadata=scrub_secrets(metadata))
+    for path in files:
+        artifact.add_file(str(path), name=path.name)
+    run.log_artifact(artifact, aliases=["latest"])
 
 
 def log_model(logger, folder: Path, name: str, metadata: dict[str, Any]) -> None:

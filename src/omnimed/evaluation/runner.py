@@ -65,7 +65,7 @@ def finish_run(cfg: Any, output_dir: Path, *, rows: Sequence[Mapping[str, Any]],
     from omegaconf import OmegaConf
 
     from omnimed.evaluation.identity import group_and_tags
-    from omnimed.tracking import build_logger, close_logger, log_lineage
+    from omnimed.tracking import build_logger, close_logger, log_evaluation, log_lineage, use_models
 
     write_predictions(output_dir / "predictions.jsonl", rows)
     atomic_write_json(output_dir / "metrics.json", dict(metrics))
@@ -86,4 +86,8 @@ def finish_run(cfg: Any, output_dir: Path, *, rows: Sequence[Mapping[str, Any]],
     if isinstance(logger, WandbLogger):
         for key, (columns, data) in (tables or {}).items():
             logger.log_table(key, columns=list(columns), data=[list(r) for r in data])
+        models = use_models(logger, config)
+        outputs = [output_dir / "predictions.jsonl", output_dir / "metrics.json", *(output_dir / n for n in files or {})]
+        log_evaluation(logger, f"eval-{cfg.run_name or run_name}", outputs,
+                       {"group": group, "job_type": cfg.logger.job_type or job_type, "models": models, **metrics})
     return close_logger(logger)

@@ -372,9 +372,10 @@ def critic_run(tmp_path_factory):
         "trainer.val_check_interval=null", "trainer.checkpoint_every_n_steps=60", "run_name=tiny-critic",
         "model.lora.enabled=false")
     metrics, dirs = {}, {}
-    for name, extra in (("untrained", []), ("trained", [f"pipeline.critic={tmp}/checkpoints/critic/tiny-critic/hf"])):
+    for name, extra in (("untrained", ["logger=csv"]),
+                        ("trained", [f"pipeline.critic={tmp}/checkpoints/critic/tiny-critic/hf", "logger=wandb"])):
         out = run("omnimed-evaluate", tmp, "task=critic_accuracy", f"task.data={data}", "task.split=train",
-                  "pipeline=selfbiorag", "model=tiny-llama", *TINY_WORLD, "logger=csv", *extra)
+                  "pipeline=selfbiorag", "model=tiny-llama", *TINY_WORLD, *extra)
         metrics[name] = json.loads((out / "metrics.json").read_text())
         dirs[name] = out
     return tmp, data, metrics, dirs
@@ -395,6 +396,34 @@ def test_trained_critic_learns_every_token_type_and_beats_its_untrained_base(cri
             if row:  # a token no dev example has as gold has no accuracy
                 assert m["trained"][f"{kind}/class/{gold}"] == pytest.approx(row.get(gold, 0) / sum(row.values()))
     assert m["trained"]["n"] == m["untrained"]["n"] > 100
+
+
+def wandb_artifacts(folder: Path) -> list[dict]:
+    """The artifacts the one offline W&B run under ``folder`` logged or used."""
+    (run_file,) = folder.glob("wandb/offline-run-*/run-*.wandb")
+    history = subprocess.run([str(BIN / "wandb"), "leet", "inspect", "--json", str(run_file)],
+                             capture_output=True, text=True, check=True).stdout
+    return [json.loads(line)["artifact"] for line in history.splitlines() if '"type":"artifact"' in line]
+
+
+def test_the_lineage_graph_runs_from_the_built_data_through_the_critic_to_its_evaluation(critic_run):
+    """The critic-data build is a W&B run whose records are a dataset artifact by the name a training run on them
+    uses; the evaluation of the trained critic declares the critic's export as its input model, under the name
+    its training run logs it, and logs its predictions and metrics as its output."""
+    from omnimed.tracking import records_artifact_name
+
+    tmp, data, _, dirs = critic_run
+    (build,) = [a for a in wandb_artifacts(tmp / "runs" / "omnimed-build-0") if a["type"] == "dataset"]
+    assert build["name"] == records_artifact_name(data / "records.jsonl") == "records-critic"
+    assert [e["ref"] for e in build["manifest"]["contents"]] == [(data / "records.jsonl").resolve().as_uri()]
+    assert json.loads(build["metadata"])["stage"] == "selfbiorag_critic_data"
+    evaluation = wandb_artifacts(dirs["trained"])
+    (model,) = [a for a in evaluation if a["type"] == "model"]
+    assert model["name"] == "critic-tiny-critic" and model["use_after_commit"]  # an input, once synced
+    export = tmp / "checkpoints" / "critic" / "tiny-critic" / "hf"
+    assert (export / "model.safetensors").resolve().as_uri() in {e["ref"] for e in model["manifest"]["contents"]}
+    (output,) = [a for a in evaluation if a["type"] == "evaluation"]
+    assert {"predictions.jsonl", "metrics.json"} <= {e["path"] for e in output["manifest"]["contents"]}
 
 
 def test_generator_checkpoint_reloads_with_from_pretrained_and_writes_reflective_tokens(tmp_path):

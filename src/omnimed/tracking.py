@@ -157,6 +157,29 @@ def artifact_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "artifact"
 
 
+def records_artifact_name(jsonl: Path) -> str:
+    """The W&B dataset artifact a records file is a version of: its folder's name (``records-critic_data``) for
+    a stage's or omnimed-data's ``records.jsonl``, else the file's stem."""
+    return artifact_name(f"records-{jsonl.parent.name if jsonl.name == 'records.jsonl' else jsonl.stem}")
+
+
+def _records_artifact(name: str, jsonl: Path, metadata: dict[str, Any]):
+    """A dataset artifact holding ``jsonl`` by reference (checksummed, not copied): the stage that wrote it and a
+    run that trains on it make the same version."""
+    import wandb
+
+    artifact = wandb.Artifact(artifact_name(name), type="dataset", metadata=scrub_secrets(metadata))
+    artifact.add_reference(jsonl.resolve().as_uri(), name=jsonl.name)
+    return artifact
+
+
+def log_records(logger, jsonl: Path, metadata: dict[str, Any]) -> None:
+    """Log a built stage's records as the run's output artifact (alias ``latest``)."""
+    run = _wandb_run(logger)
+    if run is not None:
+        run.log_artifact(_records_artifact(records_artifact_name(jsonl), jsonl, metadata), aliases=["latest"])
+
+
 def use_dataset(logger, name: str, lineage: dict[str, Any]) -> None:
     """Declare the training data as the run's input artifact (type ``dataset``, the lineage in its metadata): a
     records file by reference (checksummed, not copied), a world built in-process by its recipe. Online this is
@@ -168,10 +191,10 @@ def use_dataset(logger, name: str, lineage: dict[str, Any]) -> None:
 
     import wandb
 
-    artifact = wandb.Artifact(artifact_name(name), type="dataset", metadata=scrub_secrets(lineage))
     if lineage.get("path"):
-        artifact.add_reference(Path(lineage["path"]).resolve().as_uri(), name=Path(lineage["path"]).name)
+        artifact = _records_artifact(name, Path(lineage["path"]), lineage)
     else:
+        artifact = wandb.Artifact(artifact_name(name), type="dataset", metadata=scrub_secrets(lineage))
         with artifact.new_file("lineage.json") as fh:
             json.dump(lineage, fh, sort_keys=True)
     _use(run, artifact)

@@ -6,7 +6,9 @@ declares).
 
 A finished stage (its folder holds manifest.json) is not redone; an interrupted one continues where it stopped.
 A stage whose backend calls failed for more than ``max_failed_share`` of its items exits non-zero with one line
-naming the backend and the first error, and writes no manifest.
+naming the backend and the first error, and writes no manifest. A stage built (not found already built) is a run of
+the configured logger (W&B by default, job type ``build-<stage>``): its records are the run's dataset artifact, the
+version a training run on them uses, and the trained models it used as teacher or critic are its inputs.
 """
 
 from __future__ import annotations
@@ -34,12 +36,38 @@ def main(cfg: DictConfig) -> None:
         result = run_stage(obj, log=console.print)
     except (RunFailed, GenerationError) as exc:  # the backend failed: one line, exit code 1, no manifest
         fail("omnimed-build", str(exc), code=1)
+    logger_dir = None if result.reused else _track(obj, result)
     table = Table(title=f"omnimed-build: {obj.stage.name}" + (" (already built)" if result.reused else ""),
                   show_header=False)
     table.add_row("output", str(result.path))
     for key, value in result.counts.items():
         table.add_row(key, str(value))
+    if logger_dir:
+        table.add_row("logger files", logger_dir)
     console.print(table)
+
+
+def _track(obj, result) -> str | None:
+    """Record the built stage with the configured logger; returns the logger's folder (None for logger=none)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from omnimed.tracking import build_logger, close_logger, log_lineage, log_records, use_models
+
+    name, lcfg = obj.stage.name, obj.logger
+    logger = build_logger(lcfg.name, save_dir=HydraConfig.get().runtime.output_dir, project=lcfg.project,
+                          run_name=result.path.name, group=lcfg.group or name, job_type=lcfg.job_type or f"build-{name}",
+                          tags=[name, *lcfg.tags], entity=lcfg.entity)
+    if logger is None:
+        return None
+    config = OmegaConf.to_container(OmegaConf.structured(obj), resolve=True)
+    log_lineage(logger, config, {"output": str(result.path)})
+    counts = {k: v for k, v in result.counts.items() if isinstance(v, (int, float))}
+    logger.log_metrics(counts)
+    use_models(logger, config)
+    records = result.path / "records.jsonl"
+    if records.is_file():
+        log_records(logger, records, {"stage": name, "output": str(result.path), **counts})
+    return close_logger(logger)
 
 
 if __name__ == "__main__":

@@ -14,12 +14,14 @@ from omegaconf import MISSING
 from omnimed.data.artifacts import MAX_FAILED_SHARE, PathsConfig, StageResult, check_max_failed_share
 from omnimed.knowledge.config import KnowledgeConfig
 from omnimed.models.config import ModelConfig
+from omnimed.tracking import LoggerConfig
 
 
 @dataclass
 class BuildConfig:
     """``omnimed-build``: ``stage`` (validated by its own schema) run with ``backend`` (the teacher or critic),
-    ``model`` (what ``backend=hf`` serves when ``backend.model`` is unset) and ``knowledge`` (the evidence).
+    ``model`` (what ``backend=hf`` serves when ``backend.model`` is unset) and ``knowledge`` (the evidence);
+    ``logger``: where a built stage is recorded (on W&B its records are a dataset artifact, its teacher an input).
     ``max_failed_share``: the share of the stage's items whose backend calls may fail (they are asked again by the
     next run) before the stage fails without a manifest."""
 
@@ -28,6 +30,7 @@ class BuildConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     knowledge: KnowledgeConfig = field(default_factory=KnowledgeConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
     progress: bool = True
     max_failed_share: float = MAX_FAILED_SHARE
 
@@ -87,3 +90,4 @@ def register_build_configs() -> None:
     cs.store(group="model", name="model_schema", node=ModelConfig)
     cs.store(group="backend", name="backend_schema", node=BackendConfig)
     cs.store(group="paths", name="paths_schema", node=PathsConfig)
+    cs.store(group="logger", name="logger_schema", node=LoggerConfig)

@@ -138,10 +138,11 @@ def _profiler(cfg: TrainConfig, output_dir: Path):
 def data_artifact_name(lineage: dict[str, Any]) -> str:
     """The W&B dataset artifact a run's data is a version of: the world by size (``world-small``), a records set
     by its folder's name (``records-critic_data``); versions differ by content."""
+    from omnimed.tracking import records_artifact_name
+
     if lineage["source"] == "world":
         return f"world-{lineage['size']}"
-    path = Path(lineage["path"])
-    return f"records-{path.parent.name if path.name == 'records.jsonl' else path.stem}"
+    return records_artifact_name(Path(lineage["path"]))
 
 
 def load_examples(cfg: TrainConfig) -> tuple[list, dict[str, Any]]:

@@ -300,9 +300,13 @@ def test_a_short_run_trains_the_steps_it_is_given_and_validates(tmp_path):
     """`trainer.max_steps=10` on world_tiny (an epoch of a few batches) trains 10 steps, not one epoch, and a run
     shorter than the validation interval (20) still logs val/loss, at its last step."""
     train(tmp_path, "model=tiny-llama", "data=world_tiny", "trainer.max_steps=10", "logger=csv", "run_name=short",
-          f"hydra.run.dir={tmp_path}/short")
+          f"hydra.run.dir={tmp_path}/short", "debug=memory")
     metrics = json.loads((tmp_path / "short" / "metrics.json").read_text())
     assert metrics["train/steps"] == 10 and "val/loss" in metrics
+    # debug=memory: the run's resident memory by phase, its peak in metrics.json too
+    memory = json.loads((tmp_path / "short" / "memory.json").read_text())
+    assert {"model load", "forward", "backward", "optimizer step", "validation", "export"} <= set(memory["phases"])
+    assert metrics["memory/peak_rss_mb"] == memory["peak_mb"] > 100
     import csv
 
     rows = list(csv.DictReader((tmp_path / "short" / "csv" / "short" / "metrics.csv").open()))

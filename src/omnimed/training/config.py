@@ -89,6 +89,7 @@ class DebugConfig:
     fast_dev_run: Any = False
     overfit_batches: int = 0  # N batches (Lightning reads a float as a fraction of the data)
     profiler: Optional[str] = None
+    memory: bool = False  # RSS per phase (model load, tokenization, forward, backward, ...) into memory.json
 
 
 @dataclass

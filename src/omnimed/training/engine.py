@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import math
 import os
 import re
@@ -30,6 +31,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from omnimed.data.artifacts import atomic_write_json, atomic_write_text
 from omnimed.training.config import TrainConfig, validate_train_config
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -253,6 +256,7 @@ def train(
     from omnimed.models.loading import base_model_id, load_tokenizer
     from omnimed.tracking import build_logger, log_lineage, log_model, use_dataset, wandb_run_dir
     from omnimed.training.export import consolidate_checkpoint, export_hf
+    from omnimed.training.memory_profile import MemoryPhases, write_report
     from omnimed.training.objectives import get_objective
     from omnimed.training.resume import find_last_checkpoint
     from omnimed.training.strategies import build_strategy
@@ -294,10 +298,15 @@ def train(
         )
 
     # the inputs, before any folder: a missing or unreadable data.path leaves nothing behind
+    memory = MemoryPhases() if cfg.debug.memory else None
+    mark = memory.mark if memory is not None else (lambda phase: None)
+    mark("tokenizer and records")
     tokenizer = load_tokenizer(cfg.model)
     records, data_lineage = load_examples(cfg)
     datamodule = objective.datamodule(cfg, records, tokenizer)
+    mark("model load")
     module = objective.module(cfg, tokenizer)
+    mark("run setup (logger, folders)")
     built = build_strategy(cfg.strategy, cfg.trainer, micro_batch_size=cfg.data.batch_size)
 
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -346,14 +355,16 @@ def train(
         overfit_batches=cfg.debug.overfit_batches,
         profiler=profiler,
         logger=logger if logger is not None else False,
-        callbacks=_callbacks(cfg, run_dir / "lightning", history),
+        callbacks=_callbacks(cfg, run_dir / "lightning", history) + ([memory] if memory is not None else []),
         use_distributed_sampler=False,
         enable_model_summary=False,
         default_root_dir=str(output_dir),
     )
+    mark("tokenization (data setup)")
     with _run_name_for_spawned_ranks(run_name):
         trainer.fit(module, datamodule=datamodule, ckpt_path=str(ckpt_path) if ckpt_path else None)
 
+    mark("export")
     hf_dir = None
     if trainer.is_global_zero and not cfg.debug.fast_dev_run:
         _write_run_files(run_dir, config_dict, lineage)
@@ -378,6 +389,11 @@ def train(
         for key in ("truncated", "needed_length"):  # what max_length cut, and the value that cuts nothing
             if getattr(datamodule, key, None) is not None:
                 metrics[f"data/{key}"] = float(getattr(datamodule, key))
+    if memory is not None:
+        report = memory.stop()
+        metrics["memory/peak_rss_mb"] = report["peak_mb"]
+        if trainer.is_global_zero:
+            log.info("memory per phase (memory.json):\n%s", write_report(report, output_dir / "memory.json"))
     if trainer.is_global_zero:
         atomic_write_json(output_dir / "metrics.json", metrics)
     logger_dir = wandb_run_dir(logger) if logger is not None else None

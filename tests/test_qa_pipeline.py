@@ -168,7 +168,7 @@ def test_evaluate_qa_with_smollm2_writes_every_prediction(tmp_path):
     (evaluation,) = [a for a in artifacts if a["type"] in ("evaluation", "model")]  # beside W&B's tables
     assert evaluation["type"] == "evaluation" and evaluation["aliases"] == ["latest"]
     assert {"predictions.jsonl", "metrics.json"} <= {e["path"] for e in evaluation["manifest"]["contents"]}
-    assert json.loads(evaluation["metadata"])["accuracy"] == pytest.approx(metrics["accuracy"])
+    assert json.loads(evaluation["metadata"])["metrics"]["accuracy"] == pytest.approx(metrics["accuracy"])
 
 
 def test_several_seeds_pool_the_interval_over_questions_and_count_missing_answers_per_seed(tmp_path, monkeypatch):

@@ -89,5 +89,6 @@ def finish_run(cfg: Any, output_dir: Path, *, rows: Sequence[Mapping[str, Any]],
         models = use_models(logger, config)
         outputs = [output_dir / "predictions.jsonl", output_dir / "metrics.json", *(output_dir / n for n in files or {})]
         log_evaluation(logger, f"eval-{cfg.run_name or run_name}", outputs,
-                       {"group": group, "job_type": cfg.logger.job_type or job_type, "models": models, **metrics})
+                       {"group": group, "job_type": cfg.logger.job_type or job_type, "models": models,
+                        "metrics": dict(metrics)})  # nested: W&B allows 100 top-level keys, a retrieval run has more
     return close_logger(logger)

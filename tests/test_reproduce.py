@@ -456,7 +456,8 @@ def test_miniature_columns_are_labelled_by_what_they_hold_and_world_columns_are_
                 if a < b and paper_keys[a] != paper_keys[b] and mini[a].startswith("world"):
                     assert mini[a] != mini[b], f"{path.name}: {a} and {b} are distinct datasets in the paper"
     t6 = load_manifest(root / "selfbiorag" / "table6.yaml")
-    assert column_holds(t6, "miniature", "MedQA") == "world treatment MCQs"
+    assert column_holds(t6, "miniature", "MedQA") == "world treatment + self-contained MCQs in turn"
+    assert column_holds(t6, "miniature", "MedMCQA") == "world mechanism MCQs"
     assert column_holds(t6, "paper", "MedQA") is None
     assert dataset_holds("world", "retrieval") == "world question -> gold passage"
 

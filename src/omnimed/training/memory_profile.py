@@ -40,19 +40,21 @@ class MemoryPhases(Callback):
 
     def _sample(self) -> None:
         while not self._stop.wait(self._interval):
-            self._record(self._rss())
+            rss = self._rss()
+            with self._lock:
+                self._raise_peak(rss)
 
-    def _record(self, rss: float) -> None:
-        with self._lock:
-            entry = self.phases[self._phase]
-            entry["peak_mb"] = max(entry["peak_mb"], rss)
+    def _raise_peak(self, rss: float) -> None:
+        """Charge ``rss`` to the current phase (the caller holds the lock)."""
+        entry = self.phases[self._phase]
+        entry["peak_mb"] = max(entry["peak_mb"], rss)
 
     def mark(self, phase: str) -> None:
         """Enter ``phase`` (a phase entered again keeps its first start and its highest peak)."""
         rss = self._rss()
         with self._lock:
             if self._phase in self.phases:  # the phase being left ends at this reading
-                self.phases[self._phase]["peak_mb"] = max(self.phases[self._phase]["peak_mb"], rss)
+                self._raise_peak(rss)
             self._phase = phase
             self.phases.setdefault(phase, {"start_mb": rss, "peak_mb": rss})
 
@@ -63,8 +65,7 @@ class MemoryPhases(Callback):
         self._thread.join()
         phases = {name: {**e, "rise_mb": e["peak_mb"] - e["start_mb"]} for name, e in self.phases.items()}
         peak = max(phases, key=lambda n: phases[n]["peak_mb"])
-        return {"phases": phases, "peak_mb": phases[peak]["peak_mb"], "peak_phase": peak,
-                "max_rss_mb": psutil.Process().memory_info().rss / MB}
+        return {"phases": phases, "peak_mb": phases[peak]["peak_mb"], "peak_phase": peak}
 
     # ------------------------------------------------------------------------------------------- hooks
     def setup(self, trainer, pl_module, stage) -> None:

@@ -25,7 +25,7 @@ def test_built_in_methods_and_stages_are_registered_by_their_packages():
 
 
 def test_unknown_names_fail_listing_what_is_registered():
-    with pytest.raises(KeyError, match=r"pipeline='nope'.*closed_book, rag"):
+    with pytest.raises(KeyError, match=r"pipeline='nope'.*closed_book, omnirag, rag"):
         get_method("nope")
     with pytest.raises(KeyError, match=r"stage='nope'.*selfbiorag_critic_data"):
         get_stage("nope")
@@ -83,13 +83,13 @@ def test_default_label_reading_takes_the_label_the_output_starts_with():
     assert judge.read_label("Well, [Yes]", "verdict") is None  # text before the label: outside the set
 
 
-def test_the_objective_registry_builds_sft_and_names_what_is_built():
+def test_the_objective_registry_builds_sft_and_dpo_and_names_what_is_built():
     from omnimed.training.objectives import get_objective, objective_names
 
-    assert objective_names() == ["sft"]
-    assert get_objective("sft").name == "sft"
-    with pytest.raises(ValueError, match=r"task.objective='dpo' \(task planner\).*built objectives: sft"):
-        get_objective("dpo", "planner")
+    assert objective_names() == ["dpo", "sft"]
+    assert get_objective("sft").name == "sft" and get_objective("dpo").name == "dpo"
+    with pytest.raises(ValueError, match=r"task.objective='distill' \(task embedder\).*built objectives: dpo, sft"):
+        get_objective("distill", "embedder")
 
 
 def test_the_runner_tail_writes_predictions_and_metrics_without_a_logger(tmp_path):

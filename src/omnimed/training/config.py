@@ -19,7 +19,7 @@ class TaskConfig:
     """What is trained and with which objective and optimisation (paper presets live in conf/task/)."""
 
     name: str = "sft"
-    objective: str = "sft"  # sft (dpo, distill: later tasks)
+    objective: str = "sft"  # sft | dpo (omnimed.training.objectives)
     lr: float = 2e-4
     weight_decay: float = 0.0
     warmup_ratio: float = 0.03
@@ -30,6 +30,10 @@ class TaskConfig:
     # tokens the task's data format needs (e.g. Self-RAG's reflective tokens): added to the model's tokenizer as
     # special tokens on top of model.special_tokens, so any model config can be trained on the task
     special_tokens: list[str] = field(default_factory=list)
+    # dpo: the temperature of the implicit reward beta * log(policy / reference) (TRL's default, the usual value)
+    beta: float = 0.1
+    # dpo: compute the reference's log-probs of every train/val pair once before training instead of every step
+    precompute_ref_log_probs: bool = False
 
 
 @dataclass
@@ -131,6 +135,7 @@ def config_problems(cfg: TrainConfig) -> list[str]:
     need(math.isfinite(t.weight_decay) and t.weight_decay >= 0, "task.weight_decay", t.weight_decay, "a value >= 0")
     need(0 <= t.warmup_ratio <= 1, "task.warmup_ratio", t.warmup_ratio, "a share between 0 and 1")
     need(t.max_length > 0, "task.max_length", t.max_length, "a number of tokens > 0")
+    need(math.isfinite(t.beta) and t.beta > 0, "task.beta", t.beta, "a reward temperature > 0")
     need(d.source in DATA_SOURCES, "data.source", d.source, f"one of {', '.join(DATA_SOURCES)}")
     if d.source == "records" and not d.path:
         problems.append(f"data.path is not set: data={d.name} (data.source=records) reads a records.jsonl or an "

@@ -162,12 +162,14 @@ def features_fingerprint(
     max_length: int,
     mask_spans: Sequence[Sequence[str]],
     template: TemplateMode,
+    format_version: str = FORMAT_VERSION,
 ) -> str:
-    """Cache key of the tokenized features: data, tokenizer, max_length, mask spans and the prompt template (the
-    chat template text when it is used, our plain layout's version otherwise)."""
+    """Cache key of the tokenized features: data, tokenizer, max_length, mask spans, the prompt template (the
+    chat template text when it is used, our plain layout's version otherwise) and the version of the features'
+    format (:data:`~omnimed.training.tokenize.FORMAT_VERSION` for SFT; another objective's features, its own)."""
     use_chat = uses_chat_template(tokenizer, template)
     key = {
-        "format": FORMAT_VERSION,
+        "format": format_version,
         "data": data_fingerprint,
         "tokenizer": tokenizer_fingerprint(tokenizer),
         "max_length": int(max_length),
@@ -223,7 +225,19 @@ class SFTDataModule(L.LightningDataModule):
         task_cfg: max_length and mask_spans.
         cache_dir: folder of the tokenized Arrow files; None keeps everything in memory (no reuse across runs).
         template: ``auto`` (chat template when the tokenizer has one), ``chat`` or ``plain``.
+
+    A subclass serving other features (``omnimed.training.dpo_data``) swaps the class attributes below: the
+    batched ``Dataset.map`` function (same keyword arguments as :func:`_features`; it returns ``length``,
+    ``supervised`` and ``full_length`` per example besides its features), the cache files' prefix, the format
+    version in the cache key, and :meth:`batch_columns` / :meth:`collator`.
     """
+
+    #: prefix of the cache files and name in the progress bar
+    kind: str = "sft"
+    #: version of the features' format, part of the cache key
+    format_version: str = FORMAT_VERSION
+    #: ``Dataset.map(batched=True)`` function making the features of a batch of raw rows
+    featurize = staticmethod(_features)
 
     def __init__(
         self,
@@ -245,7 +259,8 @@ class SFTDataModule(L.LightningDataModule):
         if data_cfg.max_examples is not None:
             self._raw = self._raw.select(range(min(data_cfg.max_examples, len(self._raw))))
         self.cache_key = features_fingerprint(
-            self._raw._fingerprint, tokenizer, task_cfg.max_length, task_cfg.mask_spans, template
+            self._raw._fingerprint, tokenizer, task_cfg.max_length, task_cfg.mask_spans, template,
+            self.format_version,
         )
         self.cache_hit: bool | None = None
         # examples dropped for having no supervised token within task.max_length (a prompt at least that long),
@@ -261,7 +276,7 @@ class SFTDataModule(L.LightningDataModule):
     @property
     def cache_file(self) -> Path | None:
         """The Arrow file holding the tokenized features (None without a cache dir)."""
-        return None if self.cache_dir is None else self.cache_dir / f"sft-{self.cache_key}.arrow"
+        return None if self.cache_dir is None else self.cache_dir / f"{self.kind}-{self.cache_key}.arrow"
 
     @property
     def pad_token_id(self) -> int:
@@ -282,7 +297,7 @@ class SFTDataModule(L.LightningDataModule):
         else:
             self.cache_hit = False
         feats = self._raw.map(
-            _features,
+            self.featurize,
             batched=True,
             remove_columns=self._raw.column_names,
             fn_kwargs={
@@ -295,7 +310,7 @@ class SFTDataModule(L.LightningDataModule):
             load_from_cache_file=cache_file is not None,
             keep_in_memory=cache_file is None,
             new_fingerprint=self.cache_key,
-            desc="Tokenizing SFT examples",
+            desc=f"Tokenizing {self.kind.upper()} examples",
         )
         supervised, full = feats["supervised"], feats["full_length"]
         keep = [i for i, n in enumerate(supervised) if n]
@@ -409,13 +424,21 @@ class SFTDataModule(L.LightningDataModule):
             world_size=num_replicas,
         )
         return ResumableDataLoader(
-            ds.select_columns(list(FEATURES)),
+            ds.select_columns(self.batch_columns(ds)),
             batch_sampler=sampler,
-            collate_fn=PadToLongestCollator(self.pad_token_id),
+            collate_fn=self.collator(),
             num_workers=self.data_cfg.num_workers,
             persistent_workers=self.data_cfg.num_workers > 0,
             progress=(lambda: trainer_progress(trainer)) if train and trainer is not None else None,
         )
+
+    def batch_columns(self, ds: datasets.Dataset) -> list[str]:
+        """The columns of ``ds`` the collator reads (the others stay out of the DataLoader's workers)."""
+        return list(FEATURES)
+
+    def collator(self) -> Any:
+        """The collate function making a batch of tensors from feature rows."""
+        return PadToLongestCollator(self.pad_token_id)
 
     def train_dataloader(self) -> DataLoader:
         if self.train_dataset is None:

@@ -3,9 +3,10 @@
 An objective is a Lightning module with its data module. It registers itself under one name with
 :func:`register_objective`; the engine (strategies, loggers, checkpoints, resume, export) asks this registry and
 knows no objective by name, and no objective knows a paper. Built-in objectives live in
-``omnimed.training.<name>`` and are imported when first asked for: ``sft`` today, ``dpo`` (preference pairs,
-sigmoid loss against a reference) and ``distill`` (listwise KL of a bi-encoder to a teacher's scores) next, each
-one module. Objectives outside the package come from ``OMNIMED_PLUGINS`` (:mod:`omnimed.plugins`).
+``omnimed.training.<name>`` and are imported when first asked for: ``sft`` (prompt/completion examples, loss on
+the completion) and ``dpo`` (preference pairs, TRL's sigmoid loss against a reference model); ``distill``
+(listwise KL of a bi-encoder to a teacher's scores) comes next, one module each. Objectives outside the package
+come from ``OMNIMED_PLUGINS`` (:mod:`omnimed.plugins`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 #: the objectives this package ships, each in ``omnimed.training.<name>``
-BUILTIN: tuple[str, ...] = ("sft",)
+BUILTIN: tuple[str, ...] = ("sft", "dpo")
 
 
 @dataclass(frozen=True)

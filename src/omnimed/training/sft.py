@@ -169,7 +169,12 @@ class SFTModule(L.LightningModule):
 
     def training_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss, _ = self._loss(batch)
-        bs = batch["input_ids"].size(0)
+        self._log_train_step(loss, batch, batch["input_ids"].size(0))
+        return loss
+
+    def _log_train_step(self, loss: torch.Tensor, batch: Mapping[str, torch.Tensor], bs: int) -> None:
+        """``train/loss``, ``train/tokens`` (real, non-pad tokens of the micro-batch, summed over ranks) and
+        ``train/lr``, every step; ``bs`` is the micro-batch's size in examples."""
         self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=bs)
         real_tokens = batch["attention_mask"].sum().float()
         self.log(
@@ -183,7 +188,6 @@ class SFTModule(L.LightningModule):
         )
         lr = self.trainer.optimizers[0].param_groups[0]["lr"]
         self.log("train/lr", lr, on_step=True, on_epoch=False, prog_bar=True, batch_size=bs)
-        return loss
 
     def validation_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss, n_targets = self._loss(batch)

@@ -39,11 +39,20 @@ REPO = Path(__file__).resolve().parents[1]
 TINY_KB = KnowledgeConfig(name="world_tiny", world_size="tiny", indexes=["bm25"], retriever="bm25")
 UNREACHABLE = "openai backend (teacher): cannot reach http://127.0.0.1:9/v1/chat/completions (ConnectError)"
 
-#: small settings of every stage the package registers: 12 items in batches of 4
+#: the output folders of stages that another stage reads, built once by the ``stage_inputs`` fixture
+INPUTS: dict[str, Path] = {}
+
+#: small settings of every stage the package registers: 12 items in batches of 4 (a callable value is the folder of
+#: a stage it reads, resolved when the stage runs)
 TINY_STAGES = {
     "selfbiorag_critic_data": {"n_examples": 12, "evidence_k": 1, "batch_size": 4},
     "selfbiorag_generator_data": {"max_examples": 12, "top_k": 1, "batch_size": 4},
     "reader_data": {"n_examples": 12},
+    # no diversity encoder: torch hangs in a child forked after the parent used its thread pool (tests/faults.py)
+    "omnirag_explore": {"n_questions": 12, "n_queries": 2, "sources": ["book", "guideline", "wiki"], "batch_size": 4,
+                        "diversity_encoder": None},
+    "omnirag_judge": {"explore": lambda: str(INPUTS["omnirag_explore"]), "batch_size": 4},
+    "omnirag_pairs": {"judge": lambda: str(INPUTS["omnirag_judge"])},
 }
 
 
@@ -93,7 +102,8 @@ def run_stage(name: str, out: Path, backend, kb, max_failed: float = 0.05):
     from omnimed.methods.stages import BuildConfig, StageContext
 
     spec = get_stage(name)
-    stage_cfg = spec.config(**TINY_STAGES[name], out=str(out))
+    settings = {k: v() if callable(v) else v for k, v in TINY_STAGES[name].items()}
+    stage_cfg = spec.config(**settings, out=str(out))
     cfg = BuildConfig(stage=stage_cfg, backend=BackendConfig(name="oracle"), knowledge=TINY_KB,
                       paths=PathsConfig(root=str(out.parent)), progress=False, max_failed_share=max_failed)
     ctx = StageContext(cfg, log=quiet)
@@ -106,7 +116,16 @@ def files(folder: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory, world_tiny, kb_tiny):
+def stage_inputs(tmp_path_factory, world_tiny, kb_tiny):
+    """The folders the stages that read another stage's output read (Omni-RAG's exploration, then judgements)."""
+    root = tmp_path_factory.mktemp("inputs")
+    for name in ("omnirag_explore", "omnirag_judge"):
+        INPUTS[name] = run_stage(name, root / name, OracleBackend(world_tiny), kb_tiny).path
+    return INPUTS
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, world_tiny, kb_tiny, stage_inputs):
     """Each stage's folder from one uninterrupted run with a working backend."""
     root = tmp_path_factory.mktemp("reference")
     return {name: files(run_stage(name, root / name, OracleBackend(world_tiny), kb_tiny).path) for name in ours()}

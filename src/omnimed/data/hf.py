@@ -46,6 +46,8 @@ def _features(kind: str):
                        "metadata": text},
         "plan": {"question_id": text, "question": text, "queries": List({"source": text, "queries": List(text)}),
                  "metadata": text},
+        "source_query": {"id": text, "question_id": text, "source": text, "query": text, "judgement": text,
+                         "passage_ids": List(text), "metadata": text},
         "utility": {"id": text, "query": text, "passages": List(passage), "teacher_scores": List(floats),
                     "metadata": text},
     }

@@ -183,6 +183,22 @@ class Plan(Record):
         return [s for s in SOURCE_KINDS if self.queries.get(s)]
 
 
+class SourceQuery(Record):
+    """One query an expert wrote for one knowledge source while exploring a training question (Omni-RAG's planning
+    exploration), and, once judged, whether the documents it retrieves support the gold answer (``judgement``:
+    positive / negative) with the ids of those documents."""
+
+    kind: ClassVar[str] = "source_query"
+
+    id: str
+    question_id: str
+    source: SourceKind
+    query: str = Field(min_length=1)
+    judgement: Literal["positive", "negative"] | None = None
+    passage_ids: list[str] = Field(default_factory=list)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
 class Message(BaseModel):
     model_config = ConfigDict(extra="forbid")
     role: Literal["system", "user", "assistant"]
@@ -258,6 +274,7 @@ RECORD_TYPES: dict[str, type[Record]] = {
         InstructionExample,
         PromptCompletion,
         Plan,
+        SourceQuery,
         PreferencePair,
         UtilityExample,
     )

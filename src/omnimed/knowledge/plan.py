@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from omnimed.data.records import MAX_QUERIES_PER_SOURCE, SOURCE_KINDS, Plan
 
-__all__ = ["PlanParse", "format_plan", "parse_plan"]
+__all__ = ["PlanParse", "format_plan", "format_queries", "parse_exploration", "parse_plan"]
 
 #: anything that looks like an XML-ish tag: ``<book>``, ``</ wiki >``, ``<think>``
 _TAG = re.compile(r"<\s*(/?)\s*([A-Za-z_][\w-]*)\s*>")
@@ -42,8 +42,10 @@ def _snippet(text: str) -> str:
     return repr(text if len(text) <= _SNIPPET else text[: _SNIPPET - 3] + "...")
 
 
-def _queries(source: str, content: str, start: int, problems: list[str]) -> list[str]:
-    """The queries of one tag's content: split at ``;``, whitespace collapsed, empties dropped, at most 3."""
+def _queries(source: str, content: str, start: int, problems: list[str],
+             max_queries: int = MAX_QUERIES_PER_SOURCE) -> list[str]:
+    """The queries of one tag's content: split at ``;``, whitespace collapsed, empties dropped, at most
+    ``max_queries`` (3 at inference; exploration asks for exactly n)."""
     if not content.strip():
         return []
     queries: list[str] = []
@@ -58,20 +60,21 @@ def _queries(source: str, content: str, start: int, problems: list[str]) -> list
                 " question (used as both)"
             )
         queries.append(query)
-    if len(queries) > MAX_QUERIES_PER_SOURCE:
+    if len(queries) > max_queries:
         problems.append(
-            f"more than {MAX_QUERIES_PER_SOURCE} queries for {source} ({len(queries)} given at char {start}; "
-            f"kept the first {MAX_QUERIES_PER_SOURCE})"
+            f"more than {max_queries} queries for {source} ({len(queries)} given at char {start}; "
+            f"kept the first {max_queries})"
         )
-        queries = queries[:MAX_QUERIES_PER_SOURCE]
+        queries = queries[:max_queries]
     return queries
 
 
 class _Scanner:
     """One pass over the text: tags open and close, text is routed to the open source or reported as stray."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, max_queries: int = MAX_QUERIES_PER_SOURCE) -> None:
         self.text = text
+        self.max_queries = max_queries
         self.problems: list[str] = []
         self.queries: dict[str, list[str]] = {}
         self.open: str | None = None  # the source tag being read
@@ -148,8 +151,23 @@ class _Scanner:
         assert self.open is not None
         if not self.ignored:
             start = self.open_at
-            self.queries[self.open] = _queries(self.open, "".join(self.parts), start, self.problems)
+            self.queries[self.open] = _queries(self.open, "".join(self.parts), start, self.problems,
+                                               self.max_queries)
         self.open, self.ignored, self.parts = None, False, []
+
+
+def _scan(text: str, max_queries: int) -> tuple[dict[str, list[str]], list[str]]:
+    """The queries per source tag of ``text`` (sources in canonical order) and what was wrong with the rest."""
+    scanner = _Scanner(text, max_queries)
+    scanner.run()
+    problems = scanner.problems
+    if not scanner.queries:
+        problems.append("no source tags found" if text.strip() else "empty plan text")
+    else:
+        missing = [s for s in SOURCE_KINDS if s not in scanner.queries]
+        if missing:
+            problems.append("missing tags (sources unused): " + ", ".join(f"<{s}>" for s in missing))
+    return {s: scanner.queries[s] for s in SOURCE_KINDS if s in scanner.queries}, problems
 
 
 def parse_plan(text: str, *, question: str = "", question_id: str = "") -> PlanParse:
@@ -166,39 +184,44 @@ def parse_plan(text: str, *, question: str = "", question_id: str = "") -> PlanP
         return PlanParse(
             Plan(question=question, question_id=question_id), [f"expected text, got {type(text).__name__}"]
         )
-    scanner = _Scanner(text)
-    scanner.run()
-    problems = scanner.problems
-    if not scanner.queries:
-        problems.append("no source tags found" if text.strip() else "empty plan text")
-    else:
-        missing = [s for s in SOURCE_KINDS if s not in scanner.queries]
-        if missing:
-            problems.append("missing tags (sources unused): " + ", ".join(f"<{s}>" for s in missing))
-    queries = {s: scanner.queries[s] for s in SOURCE_KINDS if s in scanner.queries}
+    queries, problems = _scan(text, MAX_QUERIES_PER_SOURCE)
     return PlanParse(Plan(question=question, question_id=question_id, queries=queries), problems)
 
 
-def format_plan(plan: Plan, *, all_sources: bool = False, sep: str = "") -> str:
-    """The canonical text of a plan: one tag per source in the order book, guideline, research, wiki, graph.
+def parse_exploration(text: str, n: int) -> tuple[dict[str, list[str]], list[str]]:
+    """An expert's exploration reply (Omni-RAG 4.2.1: exactly ``n`` queries for every source), read as leniently
+    as :func:`parse_plan`: the valid queries per source (at most ``n``) and the problems, including each source
+    that got fewer than ``n``."""
+    if not isinstance(text, str):
+        return {}, [f"expected text, got {type(text).__name__}"]
+    queries, problems = _scan(text, n)
+    problems += [f"{len(qs)} queries for {s} (expected {n})" for s, qs in queries.items() if len(qs) < n]
+    return queries, problems
 
-    Queries are joined by `` ; `` with whitespace collapsed. Sources absent from ``plan.queries`` get no tag
-    unless ``all_sources`` (then an empty tag, as the Omni-RAG prompt asks); ``sep`` goes between tags.
-    ``parse_plan(format_plan(p)).plan == p`` for every plan with empty metadata, default question fields and
-    whitespace-collapsed queries. A query containing ``;`` or tag markup cannot be written unambiguously and
-    raises ``ValueError``.
-    """
+
+def format_queries(queries: dict[str, list[str]], *, all_sources: bool = False, sep: str = "") -> str:
+    """Queries per source as plan text: one tag per source in the order book, guideline, research, wiki, graph,
+    queries joined by `` ; `` with whitespace collapsed. Sources absent from ``queries`` get no tag unless
+    ``all_sources`` (then an empty tag, as the Omni-RAG prompt asks); ``sep`` goes between tags. A query containing
+    ``;`` or tag markup cannot be written unambiguously and raises ``ValueError``."""
     if sep.strip():
         raise ValueError(f"sep must be whitespace, got {sep!r}")
     tags = []
     for source in SOURCE_KINDS:
-        if source not in plan.queries and not all_sources:
+        if source not in queries and not all_sources:
             continue
-        queries = [" ".join(q.split()) for q in plan.queries.get(source, [])]
-        for q in queries:
+        written = [" ".join(q.split()) for q in queries.get(source, [])]
+        for q in written:
             if ";" in q or _TAG.search(q):
                 raise ValueError(
                     f"query {q!r} of {source} contains ';' or tag markup; it would not parse back"
                 )
-        tags.append(f"<{source}>{' ; '.join(queries)}</{source}>")
+        tags.append(f"<{source}>{' ; '.join(written)}</{source}>")
     return sep.join(tags)
+
+
+def format_plan(plan: Plan, *, all_sources: bool = False, sep: str = "") -> str:
+    """The canonical text of a plan (:func:`format_queries` of its queries).
+    ``parse_plan(format_plan(p)).plan == p`` for every plan with empty metadata, default question fields and
+    whitespace-collapsed queries."""
+    return format_queries(dict(plan.queries), all_sources=all_sources, sep=sep)

@@ -55,6 +55,9 @@ class Method(ABC):
     #: for a method with a judge / critic LM: label type -> the label tokens it chooses among (the accuracy
     #: evaluation scores each type, e.g. Self-BioRAG's Table 9)
     labels: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    #: fnmatch patterns of the keys :meth:`metrics` writes, which a table's column may read (Omni-RAG's
+    #: ``words_per_query/<source>``, ...)
+    metric_names: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, cfg: Any) -> None:
         self.cfg = cfg

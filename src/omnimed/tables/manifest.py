@@ -42,10 +42,19 @@ def eval_tasks() -> dict:
     return EVAL_TASKS
 
 
-def produces(task: str, metric: str) -> bool:
-    """Whether a run of evaluation task ``task`` writes ``metric``."""
+def produces(task: str, metric: str, method: str | None = None) -> bool:
+    """Whether a run of evaluation task ``task`` writes ``metric``: the task's own metrics, or on a ``qa`` run those
+    the row's registered ``method`` declares (:attr:`~omnimed.methods.registry.Method.metric_names`)."""
+    from fnmatch import fnmatchcase
+
     known = eval_tasks().get(task)
-    return known is not None and known.produces(metric)
+    if known is not None and known.produces(metric):
+        return True
+    if task != "qa" or method not in runnable_methods() - {RETRIEVAL}:
+        return False
+    from omnimed.methods.registry import get_method
+
+    return any(fnmatchcase(metric, pattern) for pattern in get_method(method).metric_names)
 
 
 class ManifestError(ValueError):
@@ -153,7 +162,8 @@ class TableManifest(BaseModel):
         measured = [c for c in self.columns if any(m[c] != "average" for m in self.datasets.values())]
         for row in self.rows:
             task = self.task_of(row)
-            lacking = list(dict.fromkeys(m for m in map(self.metric_for, measured) if not produces(task, m)))
+            lacking = list(dict.fromkeys(m for m in map(self.metric_for, measured)
+                                         if not produces(task, m, row.method)))
             writes = eval_tasks()[task].metrics if task in eval_tasks() else ()
             row._blocked = (f"metric{'s' if len(lacking) > 1 else ''} {', '.join(lacking)} not produced yet "
                             f"(task={task} writes {', '.join(sorted(writes))})"

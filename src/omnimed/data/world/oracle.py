@@ -317,6 +317,41 @@ class Oracle:
                 stated.update(info.facts)
         return all(f in stated for f in spec.facts)
 
+    def supports_in_part(self, question: QuestionLike, passages: Iterable[PassageLike]) -> bool:
+        """Omni-RAG's judge of one query's documents: they state at least one fact the gold answer rests on (all
+        of them for a single-fact question; one hop of a multi-hop question, whose other hop another source's query
+        finds)."""
+        spec = self._spec(question)
+        for p in passages:
+            info = self._passage(p)
+            if info is not None and info.facts & set(spec.facts):
+                return True
+        return False
+
+    def facts_of(self, question: QuestionLike) -> dict[str, Any]:
+        """What the oracle knows of a question: ``subject`` and ``answer_entity`` (entity ids), ``relation``,
+        ``facts`` (ids) and ``needs_retrieval``."""
+        spec = self._spec(question)
+        return {"subject": spec.subject, "answer_entity": spec.answer_entity, "relation": spec.relation,
+                "facts": list(spec.facts), "needs_retrieval": spec.needs_retrieval}
+
+    def passages_stating(self, facts: Iterable[str]) -> list[Passage]:
+        """The world's passages that state any of ``facts``, in world order."""
+        wanted = set(facts)
+        return [info.passage for info in self._passages.values() if info.facts & wanted]
+
+    def entity_names(self, entity: str) -> list[str]:
+        """A world concept's names from its graph entries: the canonical name (its concept entry's title) first,
+        then its other names; empty for an entity without a graph entry."""
+        names: list[str] = []
+        for pid in (f"graph:{entity}#1", f"graph:{entity}#2"):
+            info = self._passages.get(pid)
+            if info is None:
+                continue
+            meta = info.passage.metadata
+            names += meta.get("names", []) if meta.get("section") == "names" else [info.passage.title]
+        return list(dict.fromkeys(n for n in names if n))
+
     def utility(self, question: QuestionLike, passage: PassageLike) -> int:
         """How useful the passage is for answering the question, 1 (useless) to 5 (states the whole answer)."""
         spec = self._spec(question)

@@ -1,0 +1,187 @@
+"""Omni-RAG as a registered method (``pipeline=omnirag``): a planner writes a source plan for each question
+(Prompt E.7), every query is searched in its source, and the frozen reader answers from the documents found.
+
+The reader is the run's backend and model; the planner is served by the same kind of backend with its own model:
+``planner=frozen`` the untrained ``planner_model`` (the run's model when null), or a trained planner's export
+named in ``checkpoints`` (``sft``, ``spo`` = SFT then DPO, ``dpo`` = DPO only, ``sft_neg`` = SFT on negative
+plans, ``spo_ood`` = trained without one source). On the oracle backend the planner is the world's oracle planner
+(:mod:`.expert`). Plan text is parsed as far as it is valid; what was dropped is counted per question
+(``plan_problems``), never a crash. Besides accuracy the method reports its plans' statistics (tables 12 and 13,
+figure 7) and how often the plan's documents hold the gold passages.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from omnimed.data.records import SOURCE_KINDS, Passage
+from omnimed.generation.types import Request, SamplingParams
+from omnimed.knowledge.plan import format_plan, parse_plan
+from omnimed.methods.answer import Answer
+from omnimed.methods.omnirag import expert as _expert  # noqa: F401 (registers the oracle's Omni-RAG tasks)
+from omnimed.methods.omnirag import prompts, statistics
+from omnimed.methods.omnirag.explore import ExploreConfig, build_exploration
+from omnimed.methods.omnirag.judge import JudgeConfig, build_judgements
+from omnimed.methods.omnirag.pairs import PairsConfig, build_pairs
+from omnimed.methods.registry import Method, Stage, register_method
+
+#: the trained planners a table names, by ``pipeline.planner``
+TRAINED = ("sft", "spo", "dpo", "sft_neg", "spo_ood")
+
+
+def _miniature(task: str, run: str) -> str:
+    return f"${{paths.root}}/checkpoints/{task}/omnirag-miniature-{run}/hf"
+
+
+@dataclass
+class OmniRAGConfig:
+    """``planner``: frozen | sft | spo | dpo | sft_neg | spo_ood; ``planner_model``: the frozen planner (a
+    ``conf/model`` name, a folder or a hub id; null: the run's model); ``checkpoints``: each trained planner's
+    export; ``sources``: what the planner is told it may search (null: every source of the knowledge base);
+    ``drop_sources``: sources whose documents are removed before reading (table 6); ``per_query_k``: documents
+    retrieved per query; ``top_k``: documents the reader reads, taken rank by rank across the plan's queries so
+    every query contributes its best first."""
+
+    name: str = "omnirag"
+    planner: str = "frozen"
+    planner_model: Optional[str] = None
+    checkpoints: dict[str, str] = field(default_factory=lambda: {
+        "sft": _miniature("planner_sft", "planner-sft"), "spo": _miniature("planner_dpo", "planner-spo"),
+        "dpo": _miniature("planner_dpo", "planner-dpo"), "sft_neg": _miniature("planner_sft", "planner-sft-neg"),
+        "spo_ood": _miniature("planner_dpo", "planner-spo-ood")})
+    sources: Optional[list[str]] = None
+    drop_sources: list[str] = field(default_factory=list)
+    per_query_k: int = 3
+    top_k: int = 5
+    retriever: Optional[str] = None
+    planner_max_new_tokens: int = 256
+    max_new_tokens: int = 512
+    temperature: float = 0.0
+    answer_mode: str = "generate"
+
+
+def _explore(cfg: ExploreConfig, ctx: Any) -> Any:
+    return build_exploration(cfg, expert=ctx.backend, knowledge=ctx.knowledge, root=str(ctx.root),
+                             progress=ctx.progress, log=ctx.log, max_failed=ctx.max_failed)
+
+
+def _judge(cfg: JudgeConfig, ctx: Any) -> Any:
+    return build_judgements(cfg, judge=ctx.backend, kb=ctx.knowledge_base, knowledge=ctx.knowledge,
+                            root=str(ctx.root), progress=ctx.progress, log=ctx.log, max_failed=ctx.max_failed)
+
+
+def _pairs(cfg: PairsConfig, ctx: Any) -> Any:
+    return build_pairs(cfg, knowledge=ctx.knowledge, root=str(ctx.root), log=ctx.log)
+
+
+def interleave(per_query: Sequence[Sequence[Any]], top_k: int) -> list[Any]:
+    """Hits taken rank by rank across the queries (each query's best first), one per document, at most
+    ``top_k``."""
+    seen: set[str] = set()
+    out: list[Any] = []
+    for rank in range(max((len(h) for h in per_query), default=0)):
+        for hits in per_query:
+            if rank < len(hits) and hits[rank].doc_id not in seen and len(out) < top_k:
+                seen.add(hits[rank].doc_id)
+                out.append(hits[rank])
+    return out
+
+
+@register_method
+class OmniRAG(Method):
+    """Omni-RAG's source planning (Chen et al., 2025) with a frozen reader."""
+
+    name = "omnirag"
+    config = OmniRAGConfig
+    metric_names = frozenset({"plan/*", "words_per_query/*", "queries_per_source/*", "query_diversity/*"})
+    stages = (
+        Stage("omnirag_explore", ExploreConfig, _explore),
+        Stage("omnirag_judge", JudgeConfig, _judge),
+        Stage("omnirag_pairs", PairsConfig, _pairs, calls_backend=False),
+    )
+    def __init__(self, cfg: Any) -> None:
+        super().__init__(cfg)
+        self._served: tuple[Any, Any] | None = None
+
+    def needs_knowledge(self) -> bool:
+        return True
+
+    def serve(self, backend_cfg: Any, model: Any, role: str = "generator") -> tuple[Any, Any]:
+        self._served = (backend_cfg, model)  # the planner is served by the same kind of backend
+        return backend_cfg, model
+
+    def planner_backend(self, kb: Any) -> Any:
+        """The backend that serves the planner ``pipeline.planner`` names."""
+        from omnimed.generation.factory import default_cache_root
+        from omnimed.methods.backends import run_backend
+
+        cfg = self.cfg
+        if self._served is None:
+            raise RuntimeError("pipeline=omnirag: serve() names the run's backend before answer()")
+        backend_cfg, model = self._served
+        if cfg.planner in TRAINED:
+            if cfg.planner not in cfg.checkpoints:
+                raise ValueError(f"pipeline.planner={cfg.planner}: no export in pipeline.checkpoints "
+                                 f"(has {', '.join(cfg.checkpoints)})")
+            path = cfg.checkpoints[cfg.planner]
+        elif cfg.planner == "frozen":
+            path = cfg.planner_model
+        else:
+            raise ValueError(f"pipeline.planner={cfg.planner!r}: expected frozen or one of {', '.join(TRAINED)}")
+        if backend_cfg.name != "oracle":
+            backend_cfg = dataclasses.replace(backend_cfg, model=path)
+        return run_backend(backend_cfg, model=model, knowledge=kb.cfg,
+                           cache_root=backend_cfg.cache_dir or default_cache_root())
+
+    def plan(self, questions: Sequence[Any], planner: Any, sources: Sequence[str], seed: int) -> list[Any]:
+        """Each question's plan text from the planner (greedy), or the call's error."""
+        params = SamplingParams(max_new_tokens=self.cfg.planner_max_new_tokens, temperature=0.0, seed=seed)
+        requests = [Request(prompts.planning_messages(q, sources), {"task": "omnirag_plan", "question_id": q.id})
+                    for q in questions]
+        return [gens[0] for gens in planner.generate(requests, params)]
+
+    def answer(self, questions: Sequence[Any], backend: Any, kb: Any, *, seed: int) -> list[Answer]:
+        from omnimed.methods.baselines.closed_book import ClosedBook, PipelineConfig
+
+        cfg = self.cfg
+        sources = [s for s in (cfg.sources or kb.sources) if s in SOURCE_KINDS]
+        plans = self.plan(questions, self.planner_backend(kb), sources, seed)
+        evidence: list[list[Passage]] = []
+        extras: list[dict[str, Any]] = []
+        for q, gen in zip(questions, plans):
+            parsed = parse_plan(gen.text if gen.error is None else "", question_id=q.id)
+            found = kb.search_plan(parsed.plan, cfg.per_query_k, method=cfg.retriever)
+            per_query = [hits for source, lists in found.hits.items() if source not in cfg.drop_sources
+                         for hits in lists]
+            retrieved = {h.doc_id for hits in per_query for h in hits}
+            gold = set(q.gold_passages)
+            shown = interleave(per_query, cfg.top_k)
+            evidence.append([h.passage for h in shown])
+            extras.append({"plan": format_plan(parsed.plan), "plan_queries": dict(parsed.plan.queries),
+                           "plan_problems": parsed.problems + found.problems,
+                           "planner_error": gen.error, "retrieved": sorted(retrieved),
+                           "gold_recall": len(gold & retrieved) / len(gold) if gold else None,
+                           "gold_shown": len(gold & {h.doc_id for h in shown}) / len(gold) if gold else None})
+        reader = ClosedBook(PipelineConfig(max_new_tokens=cfg.max_new_tokens,
+                                           temperature=cfg.temperature, answer_mode=cfg.answer_mode))
+        answers = reader.answer(questions, backend, None, seed=seed, evidence=evidence)
+        return [dataclasses.replace(a, extras={**a.extras, **x}, error=a.error or x["planner_error"])
+                for a, x in zip(answers, extras)]
+
+    def metrics(self, answers: Sequence[Answer]) -> dict[str, float]:
+        plans = [a.extras["plan_queries"] for a in answers]
+        out: dict[str, float] = {
+            "plan/malformed": sum(bool(a.extras["plan_problems"]) for a in answers) / max(1, len(answers)),
+            "plan/problems": sum(len(a.extras["plan_problems"]) for a in answers) / max(1, len(answers)),
+            "plan/queries": sum(len(qs) for p in plans for qs in p.values()) / max(1, len(plans)),
+            **statistics.words_and_counts(plans),
+            **{f"query_diversity/{s}": v for s, v in statistics.diversity_by_source(plans).items()},
+        }
+        for key in ("gold_recall", "gold_shown"):
+            values = [a.extras[key] for a in answers if a.extras[key] is not None]
+            if values:
+                out[f"plan/{key}"] = sum(values) / len(values)
+        return out

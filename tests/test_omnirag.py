@@ -1,0 +1,204 @@
+"""Omni-RAG's Source Planning Optimisation on the tiny world: exploration replies parsed as far as they are valid,
+the judge's verdicts backed by what each query retrieves, positive / negative plans with the paper's rules, and the
+planner + reader pipeline through ``omnimed-evaluate`` with its plan statistics, malformed plans counted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from omnimed.data.io import load_record_set
+from omnimed.data.records import PreferencePair, PromptCompletion, SourceQuery
+from omnimed.generation.oracle import OracleBackend
+from omnimed.generation.types import Generation
+from omnimed.knowledge.plan import parse_exploration, parse_plan
+
+BIN = Path(sys.executable).parent
+
+
+def test_an_exploration_reply_is_read_as_far_as_it_is_valid_and_what_was_dropped_is_named():
+    reply = ("<book>a ; b ; c ; d ; e ; f ; g</book><guideline>x ; y</guideline><think>hmm</think>"
+             "<research>r1 ; r2 ; r3 ; r4 ; r5 ; r6<wiki>w</wiki>")
+    queries, problems = parse_exploration(reply, 6)
+    assert queries["book"] == ["a", "b", "c", "d", "e", "f"]  # the 7th is dropped, not the whole tag
+    assert queries["guideline"] == ["x", "y"] and queries["wiki"] == ["w"]
+    assert len(queries["research"]) == 6  # unclosed: kept up to the next tag
+    text = " | ".join(problems)
+    for expected in ("more than 6 queries for book", "unknown tag <think>", "unclosed <research>",
+                     "2 queries for guideline (expected 6)", "1 queries for wiki (expected 6)", "missing tags"):
+        assert expected in text
+    assert parse_exploration(None, 6) == ({}, ["expected text, got NoneType"])
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, world_tiny, kb_tiny):
+    """The three stages on the tiny world with the oracle as expert and judge."""
+    from omnimed.knowledge.config import KnowledgeConfig
+    from omnimed.methods.omnirag.explore import ExploreConfig, build_exploration
+    from omnimed.methods.omnirag.judge import JudgeConfig, build_judgements
+    from omnimed.methods.omnirag.pairs import PairsConfig, build_pairs
+
+    root = tmp_path_factory.mktemp("omnirag")
+    knowledge = KnowledgeConfig(name="world_tiny", world_size="tiny")
+    oracle = OracleBackend(world_tiny)
+    quiet = lambda *a, **k: None  # noqa: E731
+    explore = build_exploration(ExploreConfig(n_questions=16, out=str(root / "explore")), expert=oracle,
+                                knowledge=knowledge, progress=False, log=quiet)
+    judge = build_judgements(JudgeConfig(explore=str(explore.path), out=str(root / "judge")), judge=oracle,
+                             kb=kb_tiny, knowledge=knowledge, progress=False, log=quiet)
+    pairs = build_pairs(PairsConfig(judge=str(judge.path), out=str(root / "pairs")), knowledge=knowledge, log=quiet)
+    return {"explore": explore, "judge": judge, "pairs": pairs, "knowledge": knowledge, "oracle": oracle}
+
+
+def test_the_expert_writes_n_queries_per_source_and_the_manifest_holds_their_diversity(built):
+    explored = load_record_set(built["explore"].path, SourceQuery)
+    counts = built["explore"].counts
+    assert counts["questions"] == 16 and counts["queries"] == len(explored) == 16 * 5 * 6
+    assert counts["replies_with_problems"] == 0
+    for source in ("book", "guideline", "research", "wiki", "graph"):
+        assert 0 < counts[f"query_diversity/{source}"] < 1  # Eq. 5: a mean cosine distance
+    graph = [r.query for r in explored if r.source == "graph"]
+    assert all(" , " in q for q in graph)  # term , question
+
+
+def test_a_query_is_positive_exactly_when_its_documents_state_a_gold_fact(built, world_tiny):
+    judged = load_record_set(built["judge"].path, SourceQuery)
+    oracle = world_tiny.oracle
+    assert {r.judgement for r in judged} == {"positive", "negative"}
+    assert sum(bool(r.passage_ids) for r in judged) > len(judged) / 2
+    for r in judged:
+        assert len(r.passage_ids) <= 5  # at most stage.k documents (BM25 returns only those sharing a term)
+        gold_facts = set(oracle.facts_of(r.question_id)["facts"])
+        stated = {f for pid in r.passage_ids for p in oracle.passages_stating(gold_facts) if p.id == pid
+                  for f in p.metadata["facts"]}
+        assert (r.judgement == "positive") == bool(stated & gold_facts)
+
+
+def test_plans_follow_the_papers_rules_and_are_trl_conversational(built):
+    from trl.data_utils import is_conversational
+
+    from omnimed.knowledge.plan import parse_plan
+
+    judged = load_record_set(built["judge"].path, SourceQuery)
+    path = built["pairs"].path
+    sft, dpo = load_record_set(path / "sft", PromptCompletion), load_record_set(path / "dpo", PreferencePair)
+    counts = built["pairs"].counts
+    assert counts["sft"] == len(sft) > 0 and counts["dpo"] == len(dpo) > 0
+    assert counts["questions"] == counts["sft"] + counts["dropped"].get("no positive query in any source", 0)
+    for pair in dpo:
+        qid = pair.metadata["question_id"]
+        chosen = parse_plan(pair.chosen[0].content)
+        rejected = parse_plan(pair.rejected[0].content)
+        assert chosen.ok and rejected.ok  # every source tag, empty where no query of its kind exists
+        for plan, verdict in ((chosen.plan, "positive"), (rejected.plan, "negative")):
+            for source, queries in plan.queries.items():
+                assert len(queries) <= 3
+                mine = {r.query for r in judged if r.question_id == qid and r.source == source and r.judgement == verdict}
+                assert set(queries) <= mine and (queries or not mine)
+        assert is_conversational({"prompt": [m.model_dump() for m in pair.prompt]})
+    assert {r.metadata["question_id"] for r in dpo} <= {r.metadata["question_id"] for r in sft}
+
+
+def test_a_rerun_of_each_stage_does_nothing(built, kb_tiny):
+    from omnimed.methods.omnirag.explore import ExploreConfig, build_exploration
+    from omnimed.methods.omnirag.judge import JudgeConfig, build_judgements
+    from omnimed.methods.omnirag.pairs import PairsConfig, build_pairs
+
+    class NoCalls:
+        name, model_id = "oracle", built["oracle"].model_id
+
+        def generate(self, requests, params):
+            raise AssertionError("a finished stage asked its backend")
+
+    quiet = lambda *a, **k: None  # noqa: E731
+    k = built["knowledge"]
+    assert build_exploration(ExploreConfig(n_questions=16, out=str(built["explore"].path)), expert=NoCalls(),
+                             knowledge=k, progress=False, log=quiet).reused
+    assert build_judgements(JudgeConfig(explore=str(built["explore"].path), out=str(built["judge"].path)),
+                            judge=NoCalls(), kb=kb_tiny, knowledge=k, progress=False, log=quiet).reused
+    assert build_pairs(PairsConfig(judge=str(built["judge"].path), out=str(built["pairs"].path)), knowledge=k,
+                       log=quiet).reused
+
+
+def test_judging_without_an_exploration_says_which_stage_to_run(tmp_path, kb_tiny, world_tiny):
+    from omnimed.knowledge.config import KnowledgeConfig
+    from omnimed.methods.omnirag.judge import JudgeConfig, build_judgements
+
+    with pytest.raises(FileNotFoundError, match=r"stage.explore=.*omnimed-build stage=omnirag_explore"):
+        build_judgements(JudgeConfig(explore=str(tmp_path / "nothing")), judge=OracleBackend(world_tiny), kb=kb_tiny,
+                         knowledge=KnowledgeConfig(name="world_tiny", world_size="tiny"))
+
+
+def _evaluate(tmp_path: Path, *overrides: str) -> dict:
+    out = tmp_path / "run"
+    res = subprocess.run([str(BIN / "omnimed-evaluate"), "task=qa", "pipeline=omnirag", "knowledge=world_tiny",
+                          "task.dataset=world_mcq", "logger=none", f"paths.root={tmp_path}",
+                          f"paths.cache={tmp_path}/cache", f"hydra.run.dir={out}", *overrides],
+                         cwd=tmp_path, text=True, capture_output=True, timeout=600, check=False)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return {"metrics": json.loads((out / "metrics.json").read_text()),
+            "rows": [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]}
+
+
+def test_the_oracle_planner_retrieves_every_gold_passage_through_omnimed_evaluate(tmp_path):
+    run = _evaluate(tmp_path, "backend=oracle")
+    m = run["metrics"]
+    assert m["accuracy"] == 1.0 and m["plan/gold_recall"] == 1.0 and m["plan/malformed"] == 0.0
+    assert m["plan/queries"] > 0 and any(k.startswith("words_per_query/") for k in m)
+    for row in run["rows"]:
+        assert parse_plan(row["plan"]).ok and 0 < len(row["evidence"]) <= 5  # pipeline.top_k
+
+
+class ScriptedPlanner:
+    """A planner whose replies are fixed texts, in turn."""
+
+    name, model_id = "scripted", "scripted-planner"
+
+    def __init__(self, texts):
+        self.texts = texts
+
+    def generate(self, requests, params):
+        return [[Generation(self.texts[i % len(self.texts)], "stop")] for i in range(len(requests))]
+
+
+def test_a_malformed_plan_is_counted_and_answered_never_a_crash(world_tiny, kb_tiny, monkeypatch):
+    from omnimed.methods.omnirag.method import OmniRAG, OmniRAGConfig
+
+    method = OmniRAG(OmniRAGConfig(drop_sources=["graph"]))
+    texts = ["<book>Groshulide mechanism of action ; a ; b ; c</book><wiki>unclosed",
+             "no tags at all", "<book></book><guideline></guideline><research></research><wiki></wiki><graph></graph>"]
+    monkeypatch.setattr(method, "planner_backend", lambda kb: ScriptedPlanner(texts))
+    questions = [q for q in world_tiny.questions if q.split == "test"][:3]
+    answers = method.answer(questions, OracleBackend(world_tiny), kb_tiny, seed=0)
+    assert [a.question_id for a in answers] == [q.id for q in questions]
+    first, second, third = (a.extras for a in answers)
+    assert first["plan_queries"]["book"] == ["Groshulide mechanism of action", "a", "b"]
+    assert any("more than 3 queries for book" in p for p in first["plan_problems"])
+    assert any("unclosed <wiki>" in p for p in first["plan_problems"])
+    assert second["plan_queries"] == {} and "no source tags found" in second["plan_problems"]
+    assert third["plan_problems"] == [] and answers[2].evidence == []  # every source left empty: nothing read
+    metrics = method.metrics(answers)
+    assert metrics["plan/malformed"] == pytest.approx(2 / 3)
+
+
+def test_the_baselines_signals_judge_the_same_documents_and_are_scored_against_the_oracle(built, tmp_path, kb_tiny):
+    """The oracle judge agrees with itself; Trainable Planning's signal, with a reader that knows every answer
+    anyway (the oracle), finds no query that helps: the paper's 'intrinsic knowledge overshadows retrieval'."""
+    from omnimed.methods.omnirag.judge import JudgeConfig, build_judgements
+
+    counts = built["judge"].counts
+    assert counts["agreement/accuracy"] == counts["agreement/f1"] == 1.0
+    assert counts["agreement/oracle_positive"] == counts["positive"] > 0
+    quiet = lambda *a, **k: None  # noqa: E731
+    downstream = build_judgements(JudgeConfig(explore=str(built["explore"].path), signal="downstream",
+                                              out=str(tmp_path / "downstream")), judge=built["oracle"], kb=kb_tiny,
+                                  knowledge=built["knowledge"], progress=False, log=quiet).counts
+    assert downstream["positive"] == 0 and downstream["agreement/recall"] == 0.0
+    assert downstream["agreement/accuracy"] == pytest.approx(counts["negative"] / counts["queries"], abs=1e-4)
+    with pytest.raises(ValueError, match="knowledge.rerank.enabled=true"):
+        build_judgements(JudgeConfig(explore=str(built["explore"].path), signal="rerank"), judge=built["oracle"],
+                         kb=kb_tiny, knowledge=built["knowledge"], progress=False, log=quiet)

@@ -171,7 +171,7 @@ def test_a_malformed_plan_is_counted_and_answered_never_a_crash(world_tiny, kb_t
     method = OmniRAG(OmniRAGConfig(drop_sources=["graph"]))
     texts = ["<book>Groshulide mechanism of action ; a ; b ; c</book><wiki>unclosed",
              "no tags at all", "<book></book><guideline></guideline><research></research><wiki></wiki><graph></graph>"]
-    monkeypatch.setattr(method, "planner_backend", lambda kb: ScriptedPlanner(texts))
+    monkeypatch.setattr(method, "serve_planner", lambda kb: ScriptedPlanner(texts))
     questions = [q for q in world_tiny.questions if q.split == "test"][:3]
     answers = method.answer(questions, OracleBackend(world_tiny), kb_tiny, seed=0)
     assert [a.question_id for a in answers] == [q.id for q in questions]

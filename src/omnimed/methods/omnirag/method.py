@@ -39,7 +39,9 @@ def _miniature(task: str, run: str) -> str:
 @dataclass
 class OmniRAGConfig:
     """``planner``: frozen | sft | spo | dpo | sft_neg | spo_ood; ``planner_model``: the frozen planner (a
-    ``conf/model`` name, a folder or a hub id; null: the run's model); ``checkpoints``: each trained planner's
+    ``conf/model`` name, a folder or a hub id; null: the run's model); ``planner_backend``: the backend kind that
+    serves the planner (hf, vllm, openai; null: the reader's, with its settings; on ``backend=oracle`` a trained
+    planner needs ``planner_backend=hf``, else the oracle plans); ``checkpoints``: each trained planner's
     export; ``sources``: what the planner is told it may search (null: every source of the knowledge base);
     ``drop_sources``: sources whose documents are removed before reading (table 6); ``per_query_k``: documents
     retrieved per query; ``top_k``: documents the reader reads, taken rank by rank across the plan's queries so
@@ -48,6 +50,7 @@ class OmniRAGConfig:
     name: str = "omnirag"
     planner: str = "frozen"
     planner_model: Optional[str] = None
+    planner_backend: Optional[str] = None
     checkpoints: dict[str, str] = field(default_factory=lambda: {
         "sft": _miniature("planner_sft", "planner-sft"), "spo": _miniature("planner_dpo", "planner-spo"),
         "dpo": _miniature("planner_dpo", "planner-dpo"), "sft_neg": _miniature("planner_sft", "planner-sft-neg"),
@@ -113,7 +116,7 @@ class OmniRAG(Method):
         self._served = (backend_cfg, model)  # the planner is served by the same kind of backend
         return backend_cfg, model
 
-    def planner_backend(self, kb: Any) -> Any:
+    def serve_planner(self, kb: Any) -> Any:
         """The backend that serves the planner ``pipeline.planner`` names."""
         from omnimed.generation.factory import default_cache_root
         from omnimed.methods.backends import run_backend
@@ -131,6 +134,11 @@ class OmniRAG(Method):
             path = cfg.planner_model
         else:
             raise ValueError(f"pipeline.planner={cfg.planner!r}: expected frozen or one of {', '.join(TRAINED)}")
+        if cfg.planner_backend is not None:
+            from omnimed.generation.factory import BackendConfig
+
+            backend_cfg = BackendConfig(name=cfg.planner_backend, cache=backend_cfg.cache,
+                                        cache_dir=backend_cfg.cache_dir)
         if backend_cfg.name != "oracle":
             backend_cfg = dataclasses.replace(backend_cfg, model=path)
         return run_backend(backend_cfg, model=model, knowledge=kb.cfg,
@@ -148,7 +156,7 @@ class OmniRAG(Method):
 
         cfg = self.cfg
         sources = [s for s in (cfg.sources or kb.sources) if s in SOURCE_KINDS]
-        plans = self.plan(questions, self.planner_backend(kb), sources, seed)
+        plans = self.plan(questions, self.serve_planner(kb), sources, seed)
         evidence: list[list[Passage]] = []
         extras: list[dict[str, Any]] = []
         for q, gen in zip(questions, plans):

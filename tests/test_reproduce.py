@@ -198,23 +198,26 @@ def test_rows_whose_metric_no_task_produces_are_missing_with_the_reason(tmp_path
     from omnimed.tables.reproduce import plan_rows, reproduce
 
     rows = [{"name": "Original", "method": "rag", "overrides": ["pipeline=rag"], "published": {"Book": 117.1}},
-            {"name": "Planner", "method": "omnirag", "published": {"Book": 9.0}}]
+            {"name": "Planner", "method": "polyrag", "published": {"Book": 9.0}},
+            {"name": "SPO", "method": "omnirag", "overrides": ["pipeline=omnirag"], "published": {"Book": 5.4}}]
     path = qa_manifest(tmp_path, {"miniature": {"Book": "world_mcq"}, "paper": {"Book": "world_mcq"}}, rows,
                        metric="words_per_query", metrics={"Book": "words_per_query/book"}, scale=1)
-    with pytest.raises(ManifestError, match="unknown method 'omnirag'"):
+    with pytest.raises(ManifestError, match="unknown method 'polyrag'"):
         load_manifest(path)  # neither registered nor a paper folder beside the manifest's
-    (tmp_path / "experiments" / "omnirag").mkdir()  # a paper whose method is not built yet: its folder exists
+    (tmp_path / "experiments" / "polyrag").mkdir()  # a paper whose method is not built yet: its folder exists
     m = load_manifest(path)
-    original = m.rows[0]
-    assert original.status == "missing" and plan_rows(m, "miniature") == []
+    original, spo = m.rows[0], m.rows[2]
+    assert original.status == "missing" and [p.row.name for p in plan_rows(m, "miniature")] == ["SPO"]
     assert original.reason.startswith("metric words_per_query/book not produced yet (task=qa writes accuracy, ")
-    assert m.counts() == {"runnable": 0, "missing": 2, "external": 0}
+    assert spo.status == "runnable"  # the omnirag method declares the plan statistics it writes
+    assert m.counts() == {"runnable": 1, "missing": 2, "external": 0}
     cells, _ = reproduce(m, out_dir=tmp_path / "out", dry_run=True, log=lambda _: None)
     assert cells["Original"]["Book"].status == "missing: " + original.reason
     assert cells["Planner"]["Book"].status == "missing"  # method not built: as before
     res = reproduce_cli("--list", "--root", str(tmp_path / "experiments"), cwd=tmp_path)
     out = res.stdout + res.stderr
-    assert "metric words_per_query/book not produced yet" in out and "method omnirag not built" in out
+    assert "metric words_per_query/book not produced yet" in out and "method polyrag not built" in out
+    assert produces("qa", "words_per_query/book", "omnirag") and not produces("qa", "words_per_query/book", "rag")
     # the families each task writes; adding a metric to a task is one entry of its EvalTask.metrics
     assert produces("retrieval", "ndcg@3") and produces("retrieval", "mrr") and not produces("retrieval", "accuracy")
     assert produces("critic_accuracy", "support/accuracy") and produces("qa", "accuracy")

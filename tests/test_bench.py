@@ -1,4 +1,5 @@
-"""``omnimed-bench train`` on tiny-llama: both sides run in their own process, same first batch, same first loss."""
+"""``omnimed-bench train`` and ``omnimed-bench dpo`` on tiny-llama: both sides run in their own process, same first
+batch, same first loss."""
 
 from __future__ import annotations
 
@@ -42,6 +43,35 @@ def test_bench_train_tiny_model_both_sides() -> None:
     assert 0 < data["packing"]["real_fraction_epoch"] <= 1
 
 
+@pytest.mark.timeout(180)
+def test_bench_dpo_cli_tiny_model_both_sides(tmp_path) -> None:
+    """``omnimed-bench dpo`` on tiny-llama: ours (DPOModule) and TRL's DPOTrainer each run in their own process on
+    the same pairs, TRL on exactly our first batch; the first-step losses agree to 1e-5 (both log 2: the policy is
+    its reference at step 0) and the JSON holds every side's measurements and the comparison."""
+    import json
+
+    from omnimed.cli.bench import main
+
+    out = tmp_path / "dpo.json"
+    assert main(["dpo", "--model", "tiny-llama", "--pairs", "24", "--steps", "2", "--warmup", "1", "--repeats", "1",
+                 "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["config"]["beta"] == 0.1 and result["data"]["pairs"] == 24
+    assert [r["side"] for r in result["runs"]] == ["ours", "trl"]
+    for side in ("ours", "trl"):
+        r = result[side]
+        assert r["side"] == side and r["timed_steps"] == 2 and r["threads"] == 2
+        for key in ("tokens_per_s_real", "mean_step_s", "cpu_seconds_per_step", "peak_rss_mb"):
+            assert r[key] > 0, (side, key)
+        assert r["first_step_loss"] == pytest.approx(math.log(2), abs=1e-5)
+    assert result["trl"]["loop"] == "trl.DPOTrainer.train()" and result["trl"]["trl_bf16"] is False
+    comp = result["comparison"]
+    assert comp["same_first_batch"], "TRL should train on exactly our first batch"
+    assert comp["first_step_loss_match"] and comp["first_step_loss_abs_diff"] <= 1e-5
+    assert comp["ratio_tokens_per_s_real"] > 0 and len(result["ratios_per_repeat"]) == 1
+    assert {"peak_rss_not_higher", "ratio_peak_rss", "meets_ratio_target"} <= set(comp)
+
+
 @pytest.mark.timeout(300)
 def test_bench_scoring_cli_times_each_backend_and_the_caches_change_no_score(tmp_path) -> None:
     import json
@@ -56,3 +86,22 @@ def test_bench_scoring_cli_times_each_backend_and_the_caches_change_no_score(tmp
     for name in ("alone", "shared", "kept"):
         assert result[f"{name}_s_per_question"] > 0
     assert result["shared_max_score_diff"] < 1e-3 and result["kept_max_score_diff"] < 1e-3
+
+
+def test_bench_plan_times_the_planner_and_names_a_backend_it_cannot_run(tmp_path):
+    """``omnimed-bench plan`` on SmolLM2 (the tiny test model has 512 positions, shorter than the prompt): seconds per sample and generated tokens/s for hf, vLLM skipped
+    with its reason where it is not installed, the JSON written."""
+    import importlib.util
+    import json
+
+    from omnimed.cli.bench import main
+
+    out = tmp_path / "plan.json"
+    assert main(["plan", "--planner", "smollm2-135m", "--world-size", "tiny", "--questions", "2", "--max-new-tokens",
+                 "6", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    hf = result["backends"]["hf"]
+    assert result["questions"] == 2 and hf["s_per_sample"] > 0 and 0 < hf["mean_generated_tokens"] <= 6
+    assert 0 <= hf["parsed_without_problems"] <= 1 and hf["failed_calls"] == 0
+    if importlib.util.find_spec("vllm") is None:
+        assert "vllm" in result["skipped"] and "not installed" in result["skipped"]["vllm"]

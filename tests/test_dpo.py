@@ -146,6 +146,53 @@ def test_loss_and_gradient_equal_trl_dpo_trainer(tokenizer, tmp_path, reference)
         assert stats[name].item() == pytest.approx(trl_stats[name], abs=1e-5), name
 
 
+def test_a_shared_prompt_scores_each_pair_as_its_two_rows_do(tokenizer):
+    """DPOModule scores a pair as one row whose prompt its two completions share (the rejected tokens after the
+    pair's longest common prefix, at their own positions, masked from the chosen ones): the sequence log-probs, the
+    loss and its gradient equal those of the batch's 2B rows, for completions that differ from their first token,
+    that share their first tokens (the common prefix reaches into the completions) and of different lengths; the
+    packed batch has half the rows and fewer positions."""
+    from omnimed.training.dpo_logps import sequence_log_probs
+
+    same_start = PreferencePair(
+        id="same-start", prompt=[{"role": "user", "content": "Which drug, A or B?"}],
+        chosen=[{"role": "assistant", "content": "The answer is A: metformin."}],
+        rejected=[{"role": "assistant", "content": "The answer is B: amoxicillin, 500 mg three times a day."}])
+    task = TaskConfig(max_length=256)
+    dm = DPODataModule([*plan_pairs(3), same_start], tokenizer, DataConfig(batch_size=4, val_fraction=0.0), task)
+    dm.setup("fit")
+    rows = [dm.train_dataset[i] for i in range(4)]
+    batch = dm.collator()(rows)
+    torch.manual_seed(0)
+    module = DPOModule(TINY_LORA, task, tokenizer)
+    module.configure_model()
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in module.model.parameters():
+            if p.requires_grad:
+                p.add_(torch.randn(p.shape, generator=gen) * 0.1)
+    out = {}
+    for share in (False, True):
+        module.share_prompts = share
+        inputs = module.pair_inputs(batch)
+        module.model.zero_grad()
+        loss, _ = module.pair_loss(batch)
+        loss.backward()
+        with torch.no_grad():
+            logps = sequence_log_probs(module.model, inputs)
+        out[share] = inputs, loss.item(), _grads(module.model), logps
+    (rows_in, loss, grads, logps), (packed, shared_loss, shared_grads, shared_logps) = out[False], out[True]
+    assert (rows_in.shared, packed.shared) == (False, True)
+    assert packed.model_kwargs["input_ids"].shape[0] == 4 and rows_in.model_kwargs["input_ids"].shape[0] == 8
+    assert packed.model_kwargs["input_ids"].numel() < rows_in.model_kwargs["input_ids"].numel()
+    same = next(r for r in rows if "A: metformin" in tokenizer.decode(r["chosen_input_ids"]))
+    completions = [[t for t in same[f"{side}_labels"] if t != IGNORE_INDEX] for side in ("chosen", "rejected")]
+    assert completions[0][:3] == completions[1][:3]  # this pair's common prefix reaches into its completions
+    torch.testing.assert_close(shared_logps, logps, rtol=0, atol=1e-4)
+    assert abs(shared_loss - loss) < 1e-6 and abs(loss - math.log(2)) > 1e-3
+    assert max((shared_grads[n] - grads[n]).abs().max().item() for n in grads) < 1e-6
+
+
 # ----------------------------------------------------------------------------------------------- data
 def test_pairs_are_stacked_chosen_then_rejected_with_sft_masking(tokenizer):
     pairs = plan_pairs(3)
@@ -326,7 +373,7 @@ def test_planner_presets_compose_with_the_papers_settings():
     assert mini_sft.model.name == "smollm2-135m" and mini_sft.data.record_kind == "prompt_completion"
     assert mini_dpo.data.record_kind == "preference" and mini_dpo.data.path == "/r/builds/omnirag-miniature/pairs/dpo"
     assert mini_dpo.model.name_or_path == f"/r/checkpoints/{mini_sft.task.name}/{mini_sft.run_name}/hf"
-    assert mini_dpo.model.lora.enabled and mini_dpo.strategy.name == "cpu" and mini_dpo.trainer.max_steps == 100
+    assert mini_dpo.model.lora.enabled and mini_dpo.strategy.name == "cpu" and mini_dpo.trainer.max_steps == 60
 
 
 # ----------------------------------------------------------------------------------------------- ZeRO-3

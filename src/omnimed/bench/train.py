@@ -16,7 +16,8 @@ The benchmark's modules, one job each:
 * :mod:`omnimed.bench.train_ours` and :mod:`omnimed.bench.train_trl`: the two sides;
 * :mod:`omnimed.bench.train_child`: the entry point of a side's process;
 * :mod:`omnimed.bench.train_report`: each side's median run, the ratios ours/TRL, the loss check;
-* this module: the runs (processes, alternation, repeats) and the result.
+* this module: the runs (processes, alternation, repeats) and the result (:func:`run_bench`, which
+  ``omnimed-bench dpo`` shares: :mod:`omnimed.bench.dpo`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -80,8 +82,8 @@ def _run_child(side: str, cfg: TrainBenchConfig, workdir: Path) -> dict[str, Any
     threads = str(cfg.threads)
     env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, TOKENIZERS_PARALLELISM="false",
                HF_HUB_OFFLINE=env.get("HF_HUB_OFFLINE", "1"), WANDB_MODE="disabled", PYTHONWARNINGS="ignore")
-    cmd = [sys.executable, "-m", "omnimed.bench.train_child", "--side", side, "--config", str(cfg_path),
-           "--out", str(out_path)]
+    cmd = [sys.executable, "-m", "omnimed.bench.train_child", "--bench", cfg.bench, "--side", side,
+           "--config", str(cfg_path), "--out", str(out_path)]
     with open(log_path, "w") as log:
         proc = subprocess.run(cmd, check=False, stdout=log, stderr=subprocess.STDOUT, env=env,
                               timeout=cfg.child_timeout_s)
@@ -91,20 +93,16 @@ def _run_child(side: str, cfg: TrainBenchConfig, workdir: Path) -> dict[str, Any
     return json.loads(out_path.read_text())
 
 
-def bench_train(cfg: TrainBenchConfig | None = None, **overrides: Any) -> dict[str, Any]:
-    """Benchmark our SFT training step against TRL's ``SFTTrainer``; returns a JSON-ready dict.
-
-    ``cfg`` fields can be overridden by keyword (``bench_train(steps=2, model="tiny-llama")``). Keys: ``config``,
-    ``hardware``, ``data`` (real-token fractions, see :func:`~omnimed.bench.train_data.data_stats`), ``runs``
-    (every child's result, in run order), ``ours`` and ``trl`` (the run with the median real tokens/s of each
-    side), ``comparison`` (ratios ours/TRL of the medians, first-step loss match, targets) and
-    ``ratios_per_repeat`` (see :func:`~omnimed.bench.train_report.summarise_runs`).
-    """
-    cfg = dataclasses.replace(cfg or TrainBenchConfig(), **overrides)
+def run_bench(cfg: TrainBenchConfig, data: Callable[[TrainBenchConfig], dict[str, Any]]) -> dict[str, Any]:
+    """Run every side of ``cfg.bench`` in its own process, ``cfg.repeats`` times in alternating order, and
+    summarise; ``data(cfg)`` gives the result's model-free ``data`` section. Returns a JSON-ready dict: ``config``,
+    ``hardware`` (with the load average after), ``data``, ``runs`` (every child's result, in run order), ``ours``
+    and ``trl`` (the run with the median real tokens/s of each side), ``comparison`` and ``ratios_per_repeat``
+    (see :func:`~omnimed.bench.train_report.summarise_runs`), ``wall_s``."""
     cfg.validate()
     started = time.time()
     hw = hardware()
-    data = data_stats(cfg)
+    data_section = data(cfg)
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="omnimed-bench-") as tmp:
         for rep in range(max(cfg.repeats, 1)):
@@ -113,8 +111,17 @@ def bench_train(cfg: TrainBenchConfig | None = None, **overrides: Any) -> dict[s
                 result = _run_child(side, cfg, Path(tmp))
                 result["repeat"] = rep
                 runs.append(result)
-    result: dict[str, Any] = {"config": dataclasses.asdict(cfg), "hardware": hw, "data": data, "runs": runs}
+    result: dict[str, Any] = {"config": dataclasses.asdict(cfg), "hardware": hw, "data": data_section, "runs": runs}
     result.update(summarise_runs(runs, cfg))
     result["hardware"]["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     result["wall_s"] = round(time.time() - started, 1)
     return result
+
+
+def bench_train(cfg: TrainBenchConfig | None = None, **overrides: Any) -> dict[str, Any]:
+    """Benchmark our SFT training step against TRL's ``SFTTrainer``; returns a JSON-ready dict.
+
+    ``cfg`` fields can be overridden by keyword (``bench_train(steps=2, model="tiny-llama")``). Keys: those of
+    :func:`run_bench`, with ``data`` the real-token fractions of :func:`~omnimed.bench.train_data.data_stats`.
+    """
+    return run_bench(dataclasses.replace(cfg or TrainBenchConfig(), **overrides), data_stats)

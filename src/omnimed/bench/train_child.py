@@ -15,6 +15,9 @@
   waits for), real (non-padding) and total tokens per second over those steps, first-step loss and peak RSS.
 
 The sides themselves are :func:`omnimed.bench.train_ours.run_ours` and :func:`omnimed.bench.train_trl.run_trl`.
+``--bench dpo`` runs ``omnimed-bench dpo``'s sides instead (:func:`omnimed.bench.dpo_ours.run_dpo_ours`,
+:func:`omnimed.bench.dpo_trl.run_dpo_trl`: preference pairs, DPO) on a
+:class:`~omnimed.bench.dpo_config.DPOBenchConfig`.
 """
 
 from __future__ import annotations
@@ -23,26 +26,38 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
+from omnimed.bench.dpo_config import DPOBenchConfig
+from omnimed.bench.dpo_ours import run_dpo_ours
+from omnimed.bench.dpo_trl import run_dpo_trl
 from omnimed.bench.train_config import SIDES, TrainBenchConfig
 from omnimed.bench.train_ours import run_ours
 from omnimed.bench.train_trl import run_trl
 
+#: bench name -> (its config class, {side: the function that runs it})
+BENCHES: dict[str, tuple[type[TrainBenchConfig], dict[str, Callable[[Any], dict[str, Any]]]]] = {
+    TrainBenchConfig.bench: (TrainBenchConfig, {"ours": run_ours, "trl": run_trl}),
+    DPOBenchConfig.bench: (DPOBenchConfig, {"ours": run_dpo_ours, "trl": run_dpo_trl}),
+}
+
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m omnimed.bench.train_child --side ours|trl --config CFG.json --out RESULT.json``: one side, one run,
-    its result written atomically to ``--out`` for the parent to read."""
+    """``python -m omnimed.bench.train_child [--bench train|dpo] --side ours|trl --config CFG.json --out
+    RESULT.json``: one side, one run, its result written atomically to ``--out`` for the parent to read."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bench", choices=sorted(BENCHES), default=TrainBenchConfig.bench)
     parser.add_argument("--side", choices=SIDES, required=True)
-    parser.add_argument("--config", required=True, help="a TrainBenchConfig as JSON")
+    parser.add_argument("--config", required=True, help="the bench's config (a TrainBenchConfig or subclass) as JSON")
     parser.add_argument("--out", required=True, help="where to write this side's result JSON")
     args = parser.parse_args(argv)
-    cfg = TrainBenchConfig(**json.loads(Path(args.config).read_text()))
+    config_cls, runners = BENCHES[args.bench]
+    cfg = config_cls(**json.loads(Path(args.config).read_text()))
     cfg.validate()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    result = run_ours(cfg) if args.side == "ours" else run_trl(cfg)
+    result = runners[args.side](cfg)
     # imported only now, as before the split: importing ``omnimed.data`` up front would move its import out of
     # the side's measured set-up time
     from omnimed.data.artifacts import atomic_write_json

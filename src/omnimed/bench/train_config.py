@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from omnimed.models.config import ModelConfig
@@ -17,7 +17,12 @@ MODELS = ("smollm2-135m", "tiny-llama")
 
 @dataclass
 class TrainBenchConfig:
-    """Everything both sides share. ``model`` is ``smollm2-135m`` (the real model) or ``tiny-llama`` (tests)."""
+    """Everything both sides share. ``model`` is ``smollm2-135m`` (the real model) or ``tiny-llama`` (tests).
+
+    A subclass is another benchmark on the same machinery (:class:`omnimed.bench.dpo_config.DPOBenchConfig`):
+    ``bench`` names it for the child process, :meth:`task_fields` adds to the ``TaskConfig`` both sides load."""
+
+    bench: ClassVar[str] = "train"
 
     model: str = "smollm2-135m"
     steps: int = 20
@@ -38,6 +43,7 @@ class TrainBenchConfig:
     ours_loss: str = "model"  # model (SFTModule as is) | selective (bench variant: LM head on supervised positions)
     repeats: int = 1
     loss_rtol: float = 1e-3
+    loss_atol: float = 0.0  # first-step losses match when |diff| <= max(loss_atol, loss_rtol * |loss|)
     target_ratio: float = 1.2
     target_real_fraction: float = 0.9
     child_timeout_s: float = 1800.0
@@ -60,6 +66,10 @@ class TrainBenchConfig:
     def total_steps(self) -> int:
         return self.warmup + self.steps
 
+    def task_fields(self) -> dict[str, Any]:
+        """``TaskConfig`` fields set on top of :func:`task_config`'s (none for SFT)."""
+        return {}
+
 
 def model_config(cfg: TrainBenchConfig) -> ModelConfig:
     """The ``ModelConfig`` both sides load (LoRA on the default seven projection modules)."""
@@ -78,7 +88,7 @@ def task_config(cfg: TrainBenchConfig) -> TaskConfig:
     from omnimed.training.config import TaskConfig
 
     return TaskConfig(lr=cfg.lr, weight_decay=0.0, warmup_ratio=0.03, scheduler="cosine",
-                      max_length=cfg.max_length, mask_spans=[])
+                      max_length=cfg.max_length, mask_spans=[], **cfg.task_fields())
 
 
 def warmup_steps(cfg: TrainBenchConfig) -> int:

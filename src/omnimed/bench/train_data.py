@@ -4,6 +4,7 @@ and the model-free real-token fractions of our batching modes against padding ba
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from omnimed.bench.train_config import TrainBenchConfig, model_config, task_config
@@ -34,14 +35,18 @@ def sft_rows(tokenizer: Any, cfg: TrainBenchConfig) -> list[dict[str, str]]:
     return kept
 
 
-def datamodule(rows: list[dict[str, str]], tokenizer: Any, cfg: TrainBenchConfig, *, packing: bool) -> SFTDataModule:
-    """Our ``SFTDataModule`` over ``rows``, set up (in memory, no validation split, seed = ``cfg.seed``)."""
+def datamodule(
+    rows: list[dict[str, Any]], tokenizer: Any, cfg: TrainBenchConfig, *, packing: bool,
+    module_cls: type[SFTDataModule] | None = None,
+) -> SFTDataModule:
+    """Our ``SFTDataModule`` (or ``module_cls``, a subclass: ``DPODataModule``) over ``rows``, set up (in memory, no
+    validation split, seed = ``cfg.seed``)."""
     from omnimed.training.config import DataConfig
     from omnimed.training.data import SFTDataModule
 
     data_cfg = DataConfig(batch_size=cfg.batch_size, num_workers=0, val_fraction=0.0, packing=packing,
                           shuffle_seed=cfg.seed)
-    dm = SFTDataModule(rows, tokenizer, data_cfg, task_config(cfg), cache_dir=None)
+    dm = (module_cls or SFTDataModule)(rows, tokenizer, data_cfg, task_config(cfg), cache_dir=None)
     dm.setup("fit")
     return dm
 
@@ -91,8 +96,11 @@ def data_stats(cfg: TrainBenchConfig) -> dict[str, Any]:
     return out
 
 
-def side_setup(cfg: TrainBenchConfig) -> tuple[Any, Any, list[dict[str, str]]]:
-    """Thread count, model config, tokenizer and rows: the set-up both side processes share."""
+def side_setup(
+    cfg: TrainBenchConfig, rows: Callable[[Any, Any], list[dict[str, Any]]] = sft_rows
+) -> tuple[Any, Any, list[dict[str, Any]]]:
+    """Thread count, model config, tokenizer and rows (``rows(tokenizer, cfg)``: :func:`sft_rows`, or the DPO
+    bench's pairs): the set-up both side processes share."""
     import torch
 
     from omnimed.models.loading import load_tokenizer
@@ -100,7 +108,7 @@ def side_setup(cfg: TrainBenchConfig) -> tuple[Any, Any, list[dict[str, str]]]:
     torch.set_num_threads(cfg.threads)
     mcfg = model_config(cfg)
     tokenizer = load_tokenizer(mcfg)
-    return mcfg, tokenizer, sft_rows(tokenizer, cfg)
+    return mcfg, tokenizer, rows(tokenizer, cfg)
 
 
 def first_epoch_batches(loader: Any) -> list[list[int]]:

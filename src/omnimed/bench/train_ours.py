@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 from omnimed.bench.train_config import TrainBenchConfig, task_config
-from omnimed.bench.train_data import check_epoch, datamodule, side_setup
+from omnimed.bench.train_data import check_epoch, datamodule, sft_rows, side_setup
 from omnimed.bench.train_measure import PeakRSS, StepLog
 
 
@@ -54,9 +55,18 @@ def _selective_module_cls():
     return SelectiveHeadSFTModule
 
 
-def run_ours(cfg: TrainBenchConfig) -> dict[str, Any]:
+def run_ours(
+    cfg: TrainBenchConfig,
+    *,
+    rows: Callable[[Any, Any], list[dict[str, Any]]] = sft_rows,
+    module_cls: type | None = None,
+    datamodule_cls: type | None = None,
+) -> dict[str, Any]:
     """Our side: ``SFTModule`` + ``SFTDataModule`` under a Lightning ``Trainer`` (see the module docstring);
-    returns this run's step log summary, peak RSS and set-up details as a JSON-ready dict."""
+    returns this run's step log summary, peak RSS and set-up details as a JSON-ready dict.
+
+    Another objective's bench passes its ``rows`` (``rows(tokenizer, cfg)``), Lightning module class and data
+    module class (``omnimed-bench dpo``: ``DPOModule`` and ``DPODataModule``); the loop is the same."""
     import lightning as L
     import torch
     from lightning.pytorch import Callback
@@ -65,8 +75,13 @@ def run_ours(cfg: TrainBenchConfig) -> dict[str, Any]:
 
     with PeakRSS() as rss:
         t0 = time.perf_counter()
-        mcfg, tokenizer, rows = side_setup(cfg)
-        dm = datamodule(rows, tokenizer, cfg, packing=cfg.packing)
+        from omnimed.training.data import SFTDataModule
+
+        if module_cls is None:
+            module_cls = SFTModule if cfg.ours_loss == "model" else _selective_module_cls()
+        datamodule_cls = datamodule_cls or SFTDataModule
+        mcfg, tokenizer, data_rows = side_setup(cfg, rows)
+        dm = datamodule(data_rows, tokenizer, cfg, packing=cfg.packing, module_cls=datamodule_cls)
         check_epoch(len(dm.train_dataloader()), cfg)
         log = StepLog()
 
@@ -83,7 +98,6 @@ def run_ours(cfg: TrainBenchConfig) -> dict[str, Any]:
                     log.threads_in_loop = torch.get_num_threads()
 
         L.seed_everything(cfg.seed, workers=True, verbose=False)
-        module_cls = SFTModule if cfg.ours_loss == "model" else _selective_module_cls()
         module = module_cls(mcfg, task_config(cfg), tokenizer)
         module.configure_model()  # load now, so setup_s covers it and the timed loop does not
         rss_model_mb = rss.current_mb()
@@ -113,7 +127,7 @@ def run_ours(cfg: TrainBenchConfig) -> dict[str, Any]:
     result.update(rss.result())
     result.update(
         side="ours",
-        loop="lightning.Trainer.fit(SFTModule, SFTDataModule)",
+        loop=f"lightning.Trainer.fit({module_cls.__name__}, {datamodule_cls.__name__})",
         loss_impl=cfg.ours_loss,
         setup_s=round(setup_s, 2),
         rss_after_model_load_mb=round(rss_model_mb, 1),

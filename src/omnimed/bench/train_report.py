@@ -1,4 +1,4 @@
-"""The summary of ``omnimed-bench train``: from every side's runs, the run with each side's median real tokens/s,
+"""The summary of ``omnimed-bench train`` (and ``dpo``): from every side's runs, the run with each side's median real tokens/s,
 the ratios ours/TRL of those medians, the first-step loss check and the ratio of each repeat."""
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ def _median(values: Sequence[float]) -> float:
 
 def compare(ours: dict[str, Any], trl: dict[str, Any], cfg: TrainBenchConfig) -> dict[str, Any]:
     """Ratios ours/TRL (tokens/s, step time, tokens per CPU second, peak RSS), the first-step loss check (within
-    ``cfg.loss_rtol``), whether TRL saw our first batch, and whether the real tokens/s ratio meets ``target_ratio``."""
+    ``cfg.loss_atol`` or ``cfg.loss_rtol``), whether TRL saw our first batch, whether the real tokens/s ratio meets
+    ``target_ratio`` and whether our peak RSS is no higher than TRL's."""
     out: dict[str, Any] = {
         "ratio_tokens_per_s_real": round(ours["tokens_per_s_real"] / trl["tokens_per_s_real"], 3),
         "ratio_tokens_per_s_total": round(ours["tokens_per_s_total"] / trl["tokens_per_s_total"], 3),
@@ -31,9 +32,10 @@ def compare(ours: dict[str, Any], trl: dict[str, Any], cfg: TrainBenchConfig) ->
     if a is not None and b is not None:
         diff = abs(a - b)
         out["first_step_loss_abs_diff"] = diff
-        out["first_step_loss_match"] = diff <= cfg.loss_rtol * max(abs(a), abs(b), 1e-12)
+        out["first_step_loss_match"] = diff <= max(cfg.loss_atol, cfg.loss_rtol * max(abs(a), abs(b), 1e-12))
     out["same_first_batch"] = bool(trl.get("first_batch_identical_to_ours"))
     out["meets_ratio_target"] = out["ratio_tokens_per_s_real"] >= cfg.target_ratio
+    out["peak_rss_not_higher"] = ours["peak_rss_mb"] <= trl["peak_rss_mb"]
     return out
 
 

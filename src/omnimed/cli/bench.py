@@ -2,19 +2,27 @@
 
     omnimed-bench train [--steps 20 --warmup 3 --batch-size 4 --max-length 256 --threads 2 --packing/--no-packing
                          --repeats 1 --trl-order matched|native --model smollm2-135m --out outputs/bench/train.json]
+    omnimed-bench dpo [--steps 10 --warmup 2 --batch-size 4 --max-length 256 --threads 2 --repeats 3 --pairs N
+                       --beta 0.1 --model smollm2-135m --sides ours trl --out outputs/bench/dpo.json]
     omnimed-bench world [--size large --seed 0]
     omnimed-bench retrieval [--corpora world,realdata --world-size large --queries 1000 --reference-queries 20
                              --threads 1 --seed 0 --cache indexes/embeddings --out outputs/bench/retrieval.json]
     omnimed-bench scoring [--model smollm2-135m --world-size small --questions 12 --top-k 5 --shots 3
                            --out outputs/bench/scoring.json]
+    omnimed-bench plan [--planner smollm2-135m --backends hf vllm --world-size table --questions 16
+                        --max-new-tokens 256 --out outputs/bench/plan.json]
 
 ``train`` runs our SFT step (Lightning + ``SFTModule``) and TRL's ``SFTTrainer`` on the same model, data and
 settings, each side in its own child process, and prints tokens/s, step time, peak RSS, first-step loss and the
-ratio ours/TRL (see ``omnimed.bench.train``); the full result goes to a JSON file. ``world`` times a world build.
+ratio ours/TRL (see ``omnimed.bench.train``); the full result goes to a JSON file. ``dpo`` does the same for
+DPO: our ``DPOModule`` against TRL's ``DPOTrainer`` on the same preference pairs built from the synthetic world
+(batch = pairs; tokens/s count the real tokens of the chosen and rejected rows; see ``omnimed.bench.dpo``).
+``world`` times a world build.
 ``retrieval`` times BM25 (against rank-bm25 on the same tokens), FAISS flat and HNSW on the world corpus and
 the real corpora (``$OMNIMED_REALDATA``; skipped when unset) and checks the targets (see ``omnimed.bench.retrieval``).
 ``scoring`` times Self-BioRAG's branch scoring on the hf backend with and without its prompt caches (see
-``omnimed.bench.scoring``).
+``omnimed.bench.scoring``). ``plan`` times Omni-RAG's planner, seconds per sample on each backend (see
+``omnimed.bench.plan``).
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from rich.table import Table
 from omnimed.cli.common import console
 
 DEFAULT_TRAIN_OUT = "outputs/bench/train.json"
+DEFAULT_DPO_OUT = "outputs/bench/dpo.json"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -61,6 +70,26 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--sides", nargs="+", choices=("ours", "trl"), default=list(d.sides))
     train.add_argument("--out", default=DEFAULT_TRAIN_OUT, help="result JSON (written atomically)")
 
+    from omnimed.bench.dpo_config import DPOBenchConfig
+
+    p = DPOBenchConfig()
+    dpo = sub.add_parser("dpo", help="our DPO step against TRL's DPOTrainer (tokens/s, step time, RSS, loss)")
+    dpo.add_argument("--steps", type=int, default=p.steps, help="timed steps (after warmup)")
+    dpo.add_argument("--warmup", type=int, default=p.warmup, help="untimed warmup steps")
+    dpo.add_argument("--batch-size", type=int, default=p.batch_size, help="pairs per step")
+    dpo.add_argument("--max-length", type=int, default=p.max_length)
+    dpo.add_argument("--threads", type=int, default=p.threads, help="torch.set_num_threads in each side")
+    dpo.add_argument("--lr", type=float, default=p.lr)
+    dpo.add_argument("--beta", type=float, default=p.beta)
+    dpo.add_argument("--seed", type=int, default=p.seed)
+    dpo.add_argument("--model", choices=MODELS, default=p.model)
+    dpo.add_argument("--world-size", default=p.world_size, help="synthetic world size (tiny | small | ...)")
+    dpo.add_argument("--pairs", type=int, default=None, help="preference pairs to build (default: all that fit)")
+    dpo.add_argument("--repeats", type=int, default=p.repeats,
+                     help="run both sides this many times, alternating the order; medians are compared")
+    dpo.add_argument("--sides", nargs="+", choices=("ours", "trl"), default=list(p.sides))
+    dpo.add_argument("--out", default=DEFAULT_DPO_OUT, help="result JSON (written atomically)")
+
     world = sub.add_parser("world", help="time a synthetic world build")
     world.add_argument("--size", default="large")
     world.add_argument("--seed", type=int, default=0)
@@ -88,6 +117,16 @@ def _parser() -> argparse.ArgumentParser:
     scoring.add_argument("--shots", type=int, default=3)
     scoring.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     scoring.add_argument("--out", default="outputs/bench/scoring.json", help="result JSON (written atomically)")
+
+    plan = sub.add_parser("plan", help="Omni-RAG planner inference: seconds per sample on each backend")
+    plan.add_argument("--planner", default="smollm2-135m", help="a conf/model name or an omnimed-train export")
+    plan.add_argument("--backends", nargs="+", default=["hf", "vllm"], help="hf and / or vllm")
+    plan.add_argument("--world-size", default="table")
+    plan.add_argument("--questions", type=int, default=16, help="world test MCQs planned for")
+    plan.add_argument("--max-new-tokens", type=int, default=256)
+    plan.add_argument("--batch-size", type=int, default=8)
+    plan.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    plan.add_argument("--out", default="outputs/bench/plan.json", help="result JSON (written atomically)")
     return parser
 
 
@@ -174,14 +213,27 @@ def _fmt(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
-def train_table(result: dict[str, Any]) -> Table:
-    """The side-by-side table of a ``bench_train`` result."""
+SIDE_ROWS: list[tuple[str, str, int]] = [
+    ("real tokens/s", "tokens_per_s_real", 5),
+    ("total tokens/s (incl. padding)", "tokens_per_s_total", 5),
+    ("real tokens/s at median step time", "tokens_per_s_real_median_step", 5),
+    ("mean step time (s)", "mean_step_s", 4),
+    ("median step time (s)", "median_step_s", 4),
+    ("CPU s per step (all threads)", "cpu_seconds_per_step", 4),
+    ("real tokens per CPU s", "real_tokens_per_cpu_s", 5),
+    ("real-token fraction (timed steps)", "real_fraction", 4),
+    ("first-step loss", "first_step_loss", 7),
+    ("peak RSS (MB)", "peak_rss_mb", 5),
+    ("RSS after model load (MB)", "rss_after_model_load_mb", 5),
+    ("threads in loop", "threads", 4),
+    ("setup (s)", "setup_s", 4),
+]
+
+
+def sides_table(result: dict[str, Any], title: str) -> Table:
+    """Ours and TRL's median runs side by side (:data:`SIDE_ROWS`), then the comparison: the ratios ours/TRL, each
+    repeat's ratio, the first-step loss check, peak RSS; the caption holds the hardware and load."""
     cfg, hw = result["config"], result["hardware"]
-    title = (
-        f"omnimed-bench train: {cfg['model']} + LoRA r{cfg['lora_r']}, batch {cfg['batch_size']}, max_length "
-        f"{cfg['max_length']}, {'packing' if cfg['packing'] else 'per-batch padding'}, {cfg['threads']} threads, "
-        f"W={cfg['warmup']} N={cfg['steps']}, TRL order {cfg['trl_order']}"
-    )
     table = Table(title=title, caption=(
         f"{hw['cpu_model']}, {hw['usable_cores']} usable cores, torch {hw['versions']['torch']}, trl "
         f"{hw['versions']['trl']}, lightning {hw['versions']['lightning']}; load avg before {hw['load_average']} "
@@ -191,22 +243,7 @@ def train_table(result: dict[str, Any]) -> Table:
     table.add_column("metric")
     for side in sides:
         table.add_column(side, justify="right")
-    rows = [
-        ("real tokens/s", "tokens_per_s_real", 5),
-        ("total tokens/s (incl. padding)", "tokens_per_s_total", 5),
-        ("real tokens/s at median step time", "tokens_per_s_real_median_step", 5),
-        ("mean step time (s)", "mean_step_s", 4),
-        ("median step time (s)", "median_step_s", 4),
-        ("CPU s per step (all threads)", "cpu_seconds_per_step", 4),
-        ("real tokens per CPU s", "real_tokens_per_cpu_s", 5),
-        ("real-token fraction (timed steps)", "real_fraction", 4),
-        ("first-step loss", "first_step_loss", 7),
-        ("peak RSS (MB)", "peak_rss_mb", 5),
-        ("RSS after model load (MB)", "rss_after_model_load_mb", 5),
-        ("threads in loop", "threads", 4),
-        ("setup (s)", "setup_s", 4),
-    ]
-    for label, key, digits in rows:
+    for label, key, digits in SIDE_ROWS:
         table.add_row(label, *(_fmt(result[s].get(key), digits) for s in sides))
     comp = result.get("comparison")
     if comp:
@@ -218,9 +255,22 @@ def train_table(result: dict[str, Any]) -> Table:
         table.add_row("ours / TRL real tokens per CPU s", _fmt(comp["ratio_real_tokens_per_cpu_s"]), "")
         if len(result.get("ratios_per_repeat", [])) > 1:
             table.add_row("ratio per repeat", ", ".join(map(str, result["ratios_per_repeat"])), "")
+        table.add_row("ours / TRL peak RSS", _fmt(comp["ratio_peak_rss"]),
+                      f"not higher: {_fmt(comp.get('peak_rss_not_higher'))}")
         table.add_row("first-step loss |diff|", _fmt(comp.get("first_step_loss_abs_diff"), 3),
                       f"match: {_fmt(comp.get('first_step_loss_match'))}, same first batch: "
                       f"{_fmt(comp['same_first_batch'])}")
+    return table
+
+
+def train_table(result: dict[str, Any]) -> Table:
+    """The side-by-side table of a ``bench_train`` result, with the real-token fractions of our batching."""
+    cfg = result["config"]
+    table = sides_table(result, (
+        f"omnimed-bench train: {cfg['model']} + LoRA r{cfg['lora_r']}, batch {cfg['batch_size']}, max_length "
+        f"{cfg['max_length']}, {'packing' if cfg['packing'] else 'per-batch padding'}, {cfg['threads']} threads, "
+        f"W={cfg['warmup']} N={cfg['steps']}, TRL order {cfg['trl_order']}"
+    ))
     data = result["data"]
     table.add_section()
     table.add_row("real-token fraction / epoch: our packing", _fmt(data["packing"]["real_fraction_epoch"]), "")
@@ -230,6 +280,24 @@ def train_table(result: dict[str, Any]) -> Table:
                   "")
     table.add_row("  pad everything to max_length", _fmt(data["pad_to_max_length"]["real_fraction_epoch"]),
                   f"target >= {cfg['target_real_fraction']}: {_fmt(data['meets_real_fraction_target'])}")
+    return table
+
+
+def dpo_table(result: dict[str, Any]) -> Table:
+    """The side-by-side table of a ``bench_dpo`` result, with the pairs and the real-token fraction of their
+    batches."""
+    cfg, data = result["config"], result["data"]
+    table = sides_table(result, (
+        f"omnimed-bench dpo: {cfg['model']} + LoRA r{cfg['lora_r']}, beta {cfg['beta']}, {cfg['batch_size']} pairs "
+        f"per step ({2 * cfg['batch_size']} rows), max_length {cfg['max_length']}, {cfg['threads']} threads, "
+        f"W={cfg['warmup']} N={cfg['steps']}, {cfg['repeats']} repeat(s), TRL reads our batches"
+    ))
+    table.add_section()
+    table.add_row("pairs (mean tokens, chosen + rejected)", f"{data['pairs']} ({_fmt(data['mean_pair_tokens'])})", "")
+    table.add_row("real-token fraction / epoch: our length-grouped batches",
+                  _fmt(data["per_batch_padding"]["real_fraction_epoch"]), "")
+    table.add_row("  random order, pad to longest", _fmt(data["random_order_pad_to_longest"]["real_fraction_epoch"]),
+                  "")
     return table
 
 
@@ -252,6 +320,28 @@ def run_train(args: argparse.Namespace, out_console: Console | None = None) -> d
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out, result)
     cons.print(train_table(result))
+    cons.print(f"wrote [bold]{out}[/] ({result['wall_s']} s)")
+    return result
+
+
+def run_dpo(args: argparse.Namespace, out_console: Console | None = None) -> dict[str, Any]:
+    """``omnimed-bench dpo``: run :func:`~omnimed.bench.dpo.bench_dpo`, print the table, write the JSON."""
+    from omnimed.bench.dpo import bench_dpo
+    from omnimed.bench.dpo_config import DPOBenchConfig
+    from omnimed.data.artifacts import atomic_write_json
+
+    cfg = DPOBenchConfig(
+        model=args.model, steps=args.steps, warmup=args.warmup, batch_size=args.batch_size,
+        max_length=args.max_length, threads=args.threads, lr=args.lr, beta=args.beta, seed=args.seed,
+        world_size=args.world_size, pairs=args.pairs, repeats=args.repeats, sides=list(args.sides),
+    )
+    cons = out_console or console
+    cons.print(f"benchmarking DPO: {', '.join(cfg.sides)} ({cfg.repeats} repeat(s)); each side runs in its own process")
+    result = bench_dpo(cfg)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out, result)
+    cons.print(dpo_table(result))
     cons.print(f"wrote [bold]{out}[/] ({result['wall_s']} s)")
     return result
 
@@ -293,16 +383,47 @@ def run_scoring(args: argparse.Namespace, out_console: Console | None = None) ->
     return result
 
 
+def run_plan(args: argparse.Namespace, out_console: Console | None = None) -> dict[str, Any]:
+    """``omnimed-bench plan``: run :func:`~omnimed.bench.plan.bench_plan`, print, write JSON."""
+    from omnimed.bench.plan import bench_plan
+    from omnimed.data.artifacts import atomic_write_json
+
+    result = bench_plan(args.planner, tuple(args.backends), args.world_size, args.questions, args.max_new_tokens,
+                        args.batch_size, args.threads)
+    hw = result["hardware"]
+    table = Table(title=f"omnimed-bench plan: {result['planner']}, {result['questions']} questions, batch "
+                        f"{result['batch_size']}, at most {result['max_new_tokens']} new tokens, {result['threads']} threads",
+                  caption=f"{hw['cpu']}, {hw['cores']} usable cores; load avg 1m {hw['load_avg_1m']:.2f} at start")
+    for column in ("backend", "s / sample", "generated tokens/s", "tokens / plan", "plans without problems"):
+        table.add_column(column, justify="left" if column == "backend" else "right")
+    for name, r in result["backends"].items():
+        table.add_row(name, _fmt(r["s_per_sample"]), _fmt(r["generated_tokens_per_s"]),
+                      _fmt(r["mean_generated_tokens"]), _fmt(r["parsed_without_problems"], 3))
+    for name, reason in result["skipped"].items():
+        table.add_row(name, "skipped", reason, "", "")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out, result)
+    cons = out_console or console
+    cons.print(table)
+    cons.print(f"wrote [bold]{out}[/]")
+    return result
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "train":
         run_train(args)
+    elif args.command == "dpo":
+        run_dpo(args)
     elif args.command == "world":
         run_world(args)
     elif args.command == "retrieval":
         run_retrieval(args)
     elif args.command == "scoring":
         run_scoring(args)
+    elif args.command == "plan":
+        run_plan(args)
     return 0
 
 

@@ -6,7 +6,10 @@ The loss is TRL's ``sigmoid`` DPO loss, averaged over the pairs of the micro-bat
 
 where a sequence's log-prob is the *sum* of its completion tokens' log-probs (TRL's default; the prompt is masked
 exactly as in SFT) and ``beta`` is ``task.beta``. Chosen and rejected run in one forward pass (the batch holds
-both halves, :mod:`omnimed.training.dpo_data`), as TRL's ``concatenated_forward`` does.
+both halves, :mod:`omnimed.training.dpo_data`), as TRL's ``concatenated_forward`` does, but packed: each pair's
+prompt runs once, shared by its two completions, and the LM head sees only the positions that predict a supervised
+token (:mod:`omnimed.training.dpo_logps`). The sums are the same; the work is about half (prompts are most of a
+pair's tokens, completions a small part of each sequence).
 
 The reference model:
 
@@ -40,24 +43,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from omnimed.training.dpo_logps import PairInputs, can_share_prompts, pair_inputs, sequence_log_probs
 from omnimed.training.objectives import Objective, register_objective
 from omnimed.training.sft import SFTModule
-from omnimed.training.tokenize import IGNORE_INDEX
 
 #: the reward statistics logged as ``train/<name>`` and ``val/<name>`` (TRL's metric names)
 REWARD_METRICS = ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies")
-
-
-def sequence_log_probs(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Sum of the log-probs of each row's supervised tokens (``labels`` != -100, unshifted as HF labels are),
-    in float32. Only the supervised positions are normalised (log-softmax over the vocabulary), so a long prompt
-    costs no ``[tokens, vocab]`` float32 copy."""
-    targets = labels[:, 1:]
-    mask = targets != IGNORE_INDEX
-    picked = logits[:, :-1][mask].float()  # [supervised tokens, vocab]
-    token_logps = picked.log_softmax(-1).gather(-1, targets[mask].unsqueeze(-1)).squeeze(-1)
-    rows = mask.nonzero()[:, 0]
-    return torch.zeros(labels.size(0), dtype=token_logps.dtype, device=logits.device).index_add(0, rows, token_logps)
 
 
 def dpo_loss(
@@ -87,6 +78,9 @@ def disable_dropout(model: nn.Module) -> None:
 class DPOModule(SFTModule):
     """DPO against a reference (see the module docstring); arguments as :class:`SFTModule`, with ``task.beta``
     and ``task.precompute_ref_log_probs`` read from ``task_cfg``."""
+
+    #: score each pair as one row, its prompt shared (when the model allows it); False: as the batch's two rows
+    share_prompts = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -118,20 +112,21 @@ class DPOModule(SFTModule):
         return self._frozen[0]
 
     @torch.no_grad()
-    def reference_log_probs(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    def reference_log_probs(
+        self, batch: Mapping[str, torch.Tensor], inputs: PairInputs | None = None
+    ) -> torch.Tensor:
         """The reference's sequence log-probs of the batch's 2B rows: precomputed ones when the batch carries
-        them, else a forward pass of the adapter-disabled policy (LoRA) or of the frozen copy."""
+        them, else a forward pass of the adapter-disabled policy (LoRA) or of the frozen copy (on ``inputs``, the
+        batch's :meth:`pair_inputs`, when the caller has them)."""
         if "ref_chosen_logps" in batch:
             return torch.cat([batch["ref_chosen_logps"], batch["ref_rejected_logps"]])
-        inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"], "use_cache": False}
+        inputs = inputs or self.pair_inputs(batch)
         frozen = self.reference_model()
         if frozen is not None:
-            logits = frozen(**inputs).logits
-        else:
-            model = self._require_model()
-            with model.disable_adapter():
-                logits = model(**inputs).logits
-        return sequence_log_probs(logits, batch["labels"])
+            return sequence_log_probs(frozen, inputs)
+        model = self._require_model()
+        with model.disable_adapter():
+            return sequence_log_probs(model, inputs)
 
     def on_fit_start(self) -> None:
         """With ``task.precompute_ref_log_probs``: the reference log-probs of the data module's train and val
@@ -168,13 +163,16 @@ class DPOModule(SFTModule):
         return [float(r[0]) for r in rows], [float(r[1]) for r in rows]
 
     # ------------------------------------------------------------------------------------------- steps
+    def pair_inputs(self, batch: Mapping[str, torch.Tensor]) -> PairInputs:
+        """The model inputs of a batch of pairs: one row per pair, its prompt shared, when the model allows it
+        (:func:`~omnimed.training.dpo_logps.can_share_prompts`), else the batch's rows."""
+        return pair_inputs(batch, share_prompts=self.share_prompts and can_share_prompts(self._require_model()))
+
     def pair_loss(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The DPO loss of a batch of pairs (one forward pass over chosen and rejected) and its reward stats."""
-        logits = self._require_model()(
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False
-        ).logits
-        policy = sequence_log_probs(logits, batch["labels"])
-        return dpo_loss(policy, self.reference_log_probs(batch), self.task_cfg.beta)
+        inputs = self.pair_inputs(batch)
+        policy = sequence_log_probs(self._require_model(), inputs)
+        return dpo_loss(policy, self.reference_log_probs(batch, inputs), self.task_cfg.beta)
 
     def training_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss, stats = self.pair_loss(batch)

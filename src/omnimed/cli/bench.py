@@ -301,11 +301,21 @@ def dpo_table(result: dict[str, Any]) -> Table:
     return table
 
 
+def _publish(result: dict[str, Any], table: Table, out: str, cons: Console, suffix: str = "") -> None:
+    """Write ``result`` to ``out`` atomically, then print ``table`` and where the JSON went."""
+    from omnimed.data.artifacts import atomic_write_json
+
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, result)
+    cons.print(table)
+    cons.print(f"wrote [bold]{path}[/]{suffix}")
+
+
 def run_train(args: argparse.Namespace, out_console: Console | None = None) -> dict[str, Any]:
     """``omnimed-bench train``: run :func:`~omnimed.bench.train.bench_train`, print the table, write the JSON."""
     from omnimed.bench.train import bench_train
     from omnimed.bench.train_config import TrainBenchConfig
-    from omnimed.data.artifacts import atomic_write_json
 
     cfg = TrainBenchConfig(
         model=args.model, steps=args.steps, warmup=args.warmup, batch_size=args.batch_size,
@@ -316,11 +326,7 @@ def run_train(args: argparse.Namespace, out_console: Console | None = None) -> d
     cons = out_console or console
     cons.print(f"benchmarking {', '.join(cfg.sides)} ({cfg.repeats} repeat(s)); each side runs in its own process")
     result = bench_train(cfg)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out, result)
-    cons.print(train_table(result))
-    cons.print(f"wrote [bold]{out}[/] ({result['wall_s']} s)")
+    _publish(result, train_table(result), args.out, cons, f" ({result['wall_s']} s)")
     return result
 
 
@@ -328,7 +334,6 @@ def run_dpo(args: argparse.Namespace, out_console: Console | None = None) -> dic
     """``omnimed-bench dpo``: run :func:`~omnimed.bench.dpo.bench_dpo`, print the table, write the JSON."""
     from omnimed.bench.dpo import bench_dpo
     from omnimed.bench.dpo_config import DPOBenchConfig
-    from omnimed.data.artifacts import atomic_write_json
 
     cfg = DPOBenchConfig(
         model=args.model, steps=args.steps, warmup=args.warmup, batch_size=args.batch_size,
@@ -338,11 +343,7 @@ def run_dpo(args: argparse.Namespace, out_console: Console | None = None) -> dic
     cons = out_console or console
     cons.print(f"benchmarking DPO: {', '.join(cfg.sides)} ({cfg.repeats} repeat(s)); each side runs in its own process")
     result = bench_dpo(cfg)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out, result)
-    cons.print(dpo_table(result))
-    cons.print(f"wrote [bold]{out}[/] ({result['wall_s']} s)")
+    _publish(result, dpo_table(result), args.out, cons, f" ({result['wall_s']} s)")
     return result
 
 
@@ -361,7 +362,6 @@ def run_world(args: argparse.Namespace, out_console: Console | None = None) -> d
 def run_scoring(args: argparse.Namespace, out_console: Console | None = None) -> dict[str, Any]:
     """``omnimed-bench scoring``: run :func:`~omnimed.bench.scoring.bench_scoring`, print, write JSON."""
     from omnimed.bench.scoring import bench_scoring
-    from omnimed.data.artifacts import atomic_write_json
 
     result = bench_scoring(args.model, args.world_size, args.questions, args.top_k, args.shots, args.threads)
     hw = result["hardware"]
@@ -374,19 +374,13 @@ def run_scoring(args: argparse.Namespace, out_console: Console | None = None) ->
     for name, label in (("shared", "shared prompt per call"), ("kept", "kept caches (default)")):
         table.add_row(label, _fmt(result[f"{name}_s_per_question"]), _fmt(result[f"{name}_speedup"], 3),
                       _fmt(result[f"{name}_max_score_diff"], 2))
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out, result)
-    cons = out_console or console
-    cons.print(table)
-    cons.print(f"wrote [bold]{out}[/]")
+    _publish(result, table, args.out, out_console or console)
     return result
 
 
 def run_plan(args: argparse.Namespace, out_console: Console | None = None) -> dict[str, Any]:
     """``omnimed-bench plan``: run :func:`~omnimed.bench.plan.bench_plan`, print, write JSON."""
     from omnimed.bench.plan import bench_plan
-    from omnimed.data.artifacts import atomic_write_json
 
     result = bench_plan(args.planner, tuple(args.backends), args.world_size, args.questions, args.max_new_tokens,
                         args.batch_size, args.threads)
@@ -401,12 +395,7 @@ def run_plan(args: argparse.Namespace, out_console: Console | None = None) -> di
                       _fmt(r["mean_generated_tokens"]), _fmt(r["parsed_without_problems"], 3))
     for name, reason in result["skipped"].items():
         table.add_row(name, "skipped", reason, "", "")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out, result)
-    cons = out_console or console
-    cons.print(table)
-    cons.print(f"wrote [bold]{out}[/]")
+    _publish(result, table, args.out, out_console or console)
     return result
 
 

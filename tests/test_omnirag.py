@@ -103,6 +103,29 @@ def test_plans_follow_the_papers_rules_and_are_trl_conversational(built):
     assert {r.metadata["question_id"] for r in dpo} <= {r.metadata["question_id"] for r in sft}
 
 
+def test_matched_negatives_mirror_the_positive_plans_shape_and_a_bad_choice_is_named(built, tmp_path):
+    """stage.negatives=matched: the DPO pair's P- writes negatives only where P+ writes positives, no more of them,
+    so DPO cannot win by writing fewer queries; sft_neg keeps the paper's full P-."""
+    from omnimed.methods.omnirag.pairs import PairsConfig, build_pairs
+
+    quiet = lambda *a, **k: None  # noqa: E731
+    matched = build_pairs(PairsConfig(judge=str(built["judge"].path), out=str(tmp_path / "matched"),
+                                      negatives="matched"), knowledge=built["knowledge"], log=quiet)
+    pairs = load_record_set(matched.path / "dpo", PreferencePair)
+    assert pairs
+    for pair in pairs:
+        chosen = parse_plan(pair.chosen[0].content).plan.queries
+        rejected = parse_plan(pair.rejected[0].content).plan.queries
+        assert any(rejected.values())
+        for source, queries in rejected.items():
+            assert len(queries) <= len(chosen.get(source, []))
+    paper = load_record_set(built["pairs"].path / "sft_neg", PromptCompletion)
+    assert load_record_set(matched.path / "sft_neg", PromptCompletion) == paper
+    with pytest.raises(ValueError, match="stage.negatives='shorter'"):
+        build_pairs(PairsConfig(judge=str(built["judge"].path), out=str(tmp_path / "bad"), negatives="shorter"),
+                    knowledge=built["knowledge"], log=quiet)
+
+
 def test_a_rerun_of_each_stage_does_nothing(built, kb_tiny):
     from omnimed.methods.omnirag.explore import ExploreConfig, build_exploration
     from omnimed.methods.omnirag.judge import JudgeConfig, build_judgements
@@ -202,3 +225,19 @@ def test_the_baselines_signals_judge_the_same_documents_and_are_scored_against_t
     with pytest.raises(ValueError, match="knowledge.rerank.enabled=true"):
         build_judgements(JudgeConfig(explore=str(built["explore"].path), signal="rerank"), judge=built["oracle"],
                          kb=kb_tiny, knowledge=built["knowledge"], progress=False, log=quiet)
+
+
+def test_a_trained_planner_beside_the_oracle_reader_is_served_from_its_export_and_cached(kb_tiny, monkeypatch):
+    """planner_backend=hf with backend=oracle: the planner runs on hf from pipeline.checkpoints, and its calls are
+    memoised (the oracle reader caches nothing, which must not switch off the planner's cache)."""
+    from omnimed.generation.factory import BackendConfig
+    from omnimed.methods import backends
+    from omnimed.methods.omnirag.method import OmniRAG, OmniRAGConfig
+
+    served = []
+    monkeypatch.setattr(backends, "run_backend", lambda cfg, **kw: served.append(cfg) or "planner")
+    method = OmniRAG(OmniRAGConfig(planner="sft", planner_backend="hf", checkpoints={"sft": "/exports/sft/hf"}))
+    method.serve(BackendConfig(name="oracle", cache=False, cache_dir="/c"), model=None)
+    assert method.serve_planner(kb_tiny) == "planner"
+    cfg = served[0]
+    assert (cfg.name, cfg.model, cfg.cache, cfg.cache_dir) == ("hf", "/exports/sft/hf", True, "/c")

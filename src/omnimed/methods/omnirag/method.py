@@ -40,7 +40,8 @@ def _miniature(task: str, run: str) -> str:
 class OmniRAGConfig:
     """``planner``: frozen | sft | spo | dpo | sft_neg | spo_ood; ``planner_model``: the frozen planner (a
     ``conf/model`` name, a folder or a hub id; null: the run's model); ``planner_backend``: the backend kind that
-    serves the planner (hf, vllm, openai; null: the reader's, with its settings; on ``backend=oracle`` a trained
+    serves the planner (hf, vllm, openai; null or the reader's kind: the reader's, with its settings; another kind
+    runs with its defaults, cached; on ``backend=oracle`` a trained
     planner needs ``planner_backend=hf``, else the oracle plans); ``checkpoints``: each trained planner's
     export; ``sources``: what the planner is told it may search (null: every source of the knowledge base);
     ``drop_sources``: sources whose documents are removed before reading (table 6); ``per_query_k``: documents
@@ -134,11 +135,11 @@ class OmniRAG(Method):
             path = cfg.planner_model
         else:
             raise ValueError(f"pipeline.planner={cfg.planner!r}: expected frozen or one of {', '.join(TRAINED)}")
-        if cfg.planner_backend is not None:
+        if cfg.planner_backend is not None and cfg.planner_backend != backend_cfg.name:
             from omnimed.generation.factory import BackendConfig
 
-            backend_cfg = BackendConfig(name=cfg.planner_backend, cache=backend_cfg.cache,
-                                        cache_dir=backend_cfg.cache_dir)
+            # the planner backend's own defaults: memoised even beside the oracle reader, which caches nothing
+            backend_cfg = BackendConfig(name=cfg.planner_backend, cache_dir=backend_cfg.cache_dir)
         if backend_cfg.name != "oracle":
             backend_cfg = dataclasses.replace(backend_cfg, model=path)
         return run_backend(backend_cfg, model=model, knowledge=kb.cfg,

@@ -2,7 +2,10 @@
 
 For each question the positive plan P+ takes up to 3 positive queries per source (drawn with ``seed`` where there
 are more; a source without any is left empty, i.e. unused); the negative plan P- is built the same way from the
-negative queries. A question without any positive query is dropped (no source can help it); DPO keeps only the
+negative queries. ``negatives=matched`` instead gives the DPO pair's P- the sources P+ uses, as many queries in
+each as P+ has there: under the paper's rule a P- of mostly-negative exploration is far longer than P+, and DPO's
+summed log-probabilities then reward writing fewer queries (in miniature the SPO planner learnt the empty plan).
+A question without any positive query is dropped (no source can help it); DPO keeps only the
 questions with both plans. Three record sets, each with its manifest:
 
 - ``sft/``: the planner's prompt (Prompt E.7) -> P+ (TRL's conversational prompt / completion);
@@ -36,19 +39,24 @@ from omnimed.methods.omnirag.judge import finished_folder, questions_by_id
 STAGE = "omnirag_pairs"
 #: the record sets the stage writes, each in its own sub-folder
 SETS = ("sft", "dpo", "sft_neg")
+#: how the DPO pair's negative plan is drawn: the paper's rule, or matched to the positive plan's sources and counts
+NEGATIVES = ("all", "matched")
 
 
 @dataclass
 class PairsConfig:
     """``judge``: the ``omnirag_judge`` output folder; ``questions``: where its questions come from; ``sources``:
     the sources the planner is taught and prompted with (``spo_ood`` leaves one out); ``per_source``: queries per
-    source in a plan (the paper: up to 3); ``dev_fraction``: questions whose records go to the dev split."""
+    source in a plan (the paper: up to 3); ``negatives``: the DPO pair's P-, ``all`` (the paper: up to
+    ``per_source`` negatives in every source) or ``matched`` (P+'s sources and query counts; ``sft_neg`` keeps
+    the full P-); ``dev_fraction``: questions whose records go to the dev split."""
 
     name: str = STAGE
     judge: Optional[str] = None
     questions: str = "world"
     sources: list[str] = field(default_factory=lambda: list(SOURCE_KINDS))
     per_source: int = MAX_QUERIES_PER_SOURCE
+    negatives: str = "all"
     dev_fraction: float = 0.05
     seed: int = 0
     out: Optional[str] = None
@@ -77,6 +85,8 @@ def build_pairs(cfg: PairsConfig, *, knowledge: Any, root: str = ".", log=print)
     check_sources(cfg.sources, "stage.sources")
     if not 1 <= cfg.per_source <= MAX_QUERIES_PER_SOURCE:
         raise ValueError(f"stage.per_source={cfg.per_source}: expected 1 to {MAX_QUERIES_PER_SOURCE} (the plan format's limit)")
+    if cfg.negatives not in NEGATIVES:
+        raise ValueError(f"stage.negatives={cfg.negatives!r}: expected one of {', '.join(NEGATIVES)}")
     stage = open_stage(STAGE, cfg, root=root, judged=read_json(folder / "manifest.json")["fingerprint"],
                        prompts=prompts.PROMPT_VERSION, knowledge=knowledge.name)
     if stage.finished():
@@ -104,6 +114,10 @@ def build_pairs(cfg: PairsConfig, *, knowledge: Any, root: str = ".", log=print)
         prompt = [Message(**m) for m in prompts.planning_messages(q, cfg.sources)]
         chosen = _assistant(format_queries(pos, all_sources=True))
         rejected = _assistant(format_queries(neg, all_sources=True))
+        paired, has_paired = rejected, has_neg
+        if cfg.negatives == "matched":
+            shaped = {s: qs[:len(pos[s])] for s, qs in neg.items()}
+            paired, has_paired = _assistant(format_queries(shaped, all_sources=True)), any(shaped.values())
         if not has_pos:
             drops["no positive query in any source"] += 1
         else:
@@ -111,10 +125,11 @@ def build_pairs(cfg: PairsConfig, *, knowledge: Any, root: str = ".", log=print)
         if has_neg:
             made["sft_neg"].append(PromptCompletion(id=f"plan-neg-{qid}", prompt=prompt, completion=rejected,
                                                     metadata=meta))
-        if has_pos and not has_neg:
-            drops["dpo: no negative query in any source"] += 1
-        if has_pos and has_neg:
-            made["dpo"].append(PreferencePair(id=f"pair-{qid}", prompt=prompt, chosen=chosen, rejected=rejected,
+        if has_pos and not has_paired:
+            where = "any source" if cfg.negatives == "all" else "the positive plan's sources"
+            drops[f"dpo: no negative query in {where}"] += 1
+        if has_pos and has_paired:
+            made["dpo"].append(PreferencePair(id=f"pair-{qid}", prompt=prompt, chosen=chosen, rejected=paired,
                                               metadata=meta))
     for name in SETS:
         save_record_set(stage.path / name, made[name], extra={"stage": {"name": STAGE, "key": stage.key, "set": name}})

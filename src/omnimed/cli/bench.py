@@ -41,6 +41,23 @@ DEFAULT_TRAIN_OUT = "outputs/bench/train.json"
 DEFAULT_DPO_OUT = "outputs/bench/dpo.json"
 
 
+def _add_side_by_side_args(parser: argparse.ArgumentParser, d: Any, models: Sequence[str],
+                           batch_help: str | None) -> None:
+    """The options ``train`` and ``dpo`` share (ours against TRL's trainer), defaulting to ``d``'s values."""
+    parser.add_argument("--steps", type=int, default=d.steps, help="timed steps (after warmup)")
+    parser.add_argument("--warmup", type=int, default=d.warmup, help="untimed warmup steps")
+    parser.add_argument("--batch-size", type=int, default=d.batch_size, help=batch_help)
+    parser.add_argument("--max-length", type=int, default=d.max_length)
+    parser.add_argument("--threads", type=int, default=d.threads, help="torch.set_num_threads in each side")
+    parser.add_argument("--lr", type=float, default=d.lr)
+    parser.add_argument("--seed", type=int, default=d.seed)
+    parser.add_argument("--model", choices=models, default=d.model)
+    parser.add_argument("--world-size", default=d.world_size, help="synthetic world size (tiny | small | ...)")
+    parser.add_argument("--repeats", type=int, default=d.repeats,
+                        help="run both sides this many times, alternating the order; medians are compared")
+    parser.add_argument("--sides", nargs="+", choices=("ours", "trl"), default=list(d.sides))
+
+
 def _parser() -> argparse.ArgumentParser:
     from omnimed.bench.train_config import MODELS, TrainBenchConfig
 
@@ -49,45 +66,23 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", help="our SFT step against TRL's SFTTrainer (tokens/s, step time, RSS, loss)")
-    train.add_argument("--steps", type=int, default=d.steps, help="timed steps (after warmup)")
-    train.add_argument("--warmup", type=int, default=d.warmup, help="untimed warmup steps")
-    train.add_argument("--batch-size", type=int, default=d.batch_size)
-    train.add_argument("--max-length", type=int, default=d.max_length)
-    train.add_argument("--threads", type=int, default=d.threads, help="torch.set_num_threads in each side")
+    _add_side_by_side_args(train, d, MODELS, batch_help=None)
     train.add_argument("--packing", action=argparse.BooleanOptionalAction, default=d.packing,
                        help="pack examples into max-length blocks (default: length-grouped per-batch padding)")
-    train.add_argument("--lr", type=float, default=d.lr)
-    train.add_argument("--seed", type=int, default=d.seed)
-    train.add_argument("--model", choices=MODELS, default=d.model)
-    train.add_argument("--world-size", default=d.world_size, help="synthetic world size (tiny | small | ...)")
     train.add_argument("--max-examples", type=int, default=None)
-    train.add_argument("--repeats", type=int, default=d.repeats,
-                       help="run both sides this many times, alternating the order; medians are compared")
     train.add_argument("--trl-order", choices=("matched", "native"), default=d.trl_order,
                        help="matched: TRL trains on our batches; native: TRL's own sampler (and packing)")
     train.add_argument("--ours-loss", choices=("model", "selective"), default=d.ours_loss,
                        help="selective: bench variant of SFTModule projecting only supervised positions")
-    train.add_argument("--sides", nargs="+", choices=("ours", "trl"), default=list(d.sides))
     train.add_argument("--out", default=DEFAULT_TRAIN_OUT, help="result JSON (written atomically)")
 
     from omnimed.bench.dpo_config import DPOBenchConfig
 
     p = DPOBenchConfig()
     dpo = sub.add_parser("dpo", help="our DPO step against TRL's DPOTrainer (tokens/s, step time, RSS, loss)")
-    dpo.add_argument("--steps", type=int, default=p.steps, help="timed steps (after warmup)")
-    dpo.add_argument("--warmup", type=int, default=p.warmup, help="untimed warmup steps")
-    dpo.add_argument("--batch-size", type=int, default=p.batch_size, help="pairs per step")
-    dpo.add_argument("--max-length", type=int, default=p.max_length)
-    dpo.add_argument("--threads", type=int, default=p.threads, help="torch.set_num_threads in each side")
-    dpo.add_argument("--lr", type=float, default=p.lr)
+    _add_side_by_side_args(dpo, p, MODELS, batch_help="pairs per step")
     dpo.add_argument("--beta", type=float, default=p.beta)
-    dpo.add_argument("--seed", type=int, default=p.seed)
-    dpo.add_argument("--model", choices=MODELS, default=p.model)
-    dpo.add_argument("--world-size", default=p.world_size, help="synthetic world size (tiny | small | ...)")
     dpo.add_argument("--pairs", type=int, default=None, help="preference pairs to build (default: all that fit)")
-    dpo.add_argument("--repeats", type=int, default=p.repeats,
-                     help="run both sides this many times, alternating the order; medians are compared")
-    dpo.add_argument("--sides", nargs="+", choices=("ours", "trl"), default=list(p.sides))
     dpo.add_argument("--out", default=DEFAULT_DPO_OUT, help="result JSON (written atomically)")
 
     world = sub.add_parser("world", help="time a synthetic world build")

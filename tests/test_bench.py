@@ -72,6 +72,30 @@ def test_bench_dpo_cli_tiny_model_both_sides(tmp_path) -> None:
     assert {"peak_rss_not_higher", "ratio_peak_rss", "meets_ratio_target"} <= set(comp)
 
 
+@pytest.mark.timeout(240)
+def test_bench_dpo_under_deepspeed_zero3_both_sides_take_the_same_steps(tmp_path) -> None:
+    """``--strategy deepspeed_zero3`` (fp32 on CPU; the GPU scenario is the same code with bf16): ours runs under
+    Lightning's DeepSpeed strategy and TRL's DPOTrainer under ``TrainingArguments.deepspeed``, from the same resolved
+    dict; on the same batches both take the same three optimizer steps (equal losses at every step, so the
+    optimizer, clipping and schedule agree, not only the first forward pass). bf16 on CPU is refused by name."""
+    import json
+
+    from omnimed.bench.dpo_config import DPOBenchConfig
+    from omnimed.cli.bench import main
+
+    out = tmp_path / "dpo-zero3.json"
+    assert main(["dpo", "--model", "tiny-llama", "--pairs", "24", "--steps", "2", "--warmup", "1", "--repeats", "1",
+                 "--strategy", "deepspeed_zero3", "--lr", "1e-2", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["ours"]["strategy"] == "CPUDeepSpeedStrategy" and result["trl"]["strategy"] == "deepspeed"
+    assert result["trl"]["optimizer"] == "DeepSpeedOptimizerWrapper"
+    ours, trl = result["ours"]["losses"], result["trl"]["losses"]
+    assert len(ours) == len(trl) == 3 and ours[-1] != ours[0], (ours, trl)  # the weights moved
+    assert ours == pytest.approx(trl, abs=1e-4), (ours, trl)
+    with pytest.raises(ValueError, match="precision"):
+        DPOBenchConfig(precision="bf16-mixed").validate()
+
+
 @pytest.mark.timeout(300)
 def test_bench_scoring_cli_times_each_backend_and_the_caches_change_no_score(tmp_path) -> None:
     import json
@@ -102,6 +126,10 @@ def test_bench_plan_times_the_planner_and_names_a_backend_it_cannot_run(tmp_path
     result = json.loads(out.read_text())
     hf = result["backends"]["hf"]
     assert result["questions"] == 2 and hf["s_per_sample"] > 0 and 0 < hf["mean_generated_tokens"] <= 6
-    assert 0 <= hf["parsed_without_problems"] <= 1 and hf["failed_calls"] == 0
+    assert 0 <= hf["parsed_without_problems"] <= 1
     if importlib.util.find_spec("vllm") is None:
         assert "vllm" in result["skipped"] and "not installed" in result["skipped"]["vllm"]
+    with pytest.raises(RuntimeError, match="max_length"):  # a failed call is no timing: tiny-llama's 512 positions
+        main(["plan", "--planner", "tiny-llama", "--world-size", "tiny", "--questions", "1", "--backends", "hf",
+              "--max-new-tokens", "4", "--out", str(tmp_path / "no.json")])
+    assert not (tmp_path / "no.json").exists()

@@ -516,3 +516,25 @@ def test_tokens_added_by_caller_also_train() -> None:
     model = load_causal_lm(cfg, tokenizer)
     delta = next(p for n, p in model.named_parameters() if "trainable_tokens_delta" in n)
     assert delta.shape[0] == 1 and model.get_input_embeddings().weight.shape[0] == len(tokenizer)
+
+
+def test_qwen_shape_model_has_qwen25_15b_size_and_loads_through_the_one_code_path(tmp_path: Path) -> None:
+    """``qwen2.5-1.5b-shape`` (the GPU benchmarks' model where no hub is reachable) is Qwen2.5-1.5B's architecture:
+    a Qwen2 model (q/k/v biases), 151,936 tied embedding rows, and at its 28 layers the checkpoint's 1,543.7M
+    parameters. Built here with one layer, and the 28-layer count extrapolated from it, to keep the test light."""
+    from dataclasses import replace
+
+    from transformers import AutoModelForCausalLM
+
+    from omnimed.models.tiny import TINY_MODELS, _build_causal_lm
+
+    spec = TINY_MODELS["qwen2.5-1.5b-shape"]
+    one = replace(spec, num_hidden_layers=1)
+    _build_causal_lm(one, tmp_path)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert type(model).__name__ == "Qwen2ForCausalLM" and model.config.tie_word_embeddings
+    assert model.get_input_embeddings().weight.shape == (151936, 1536)
+    assert model.model.layers[0].self_attn.q_proj.bias is not None
+    layer = sum(p.numel() for p in model.model.layers[0].parameters())
+    total = sum(p.numel() for p in model.parameters()) + (spec.num_hidden_layers - 1) * layer
+    assert round(total / 1e6, 1) == 1543.7, total

@@ -7,6 +7,7 @@ import hashlib
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 # ----------------------------------------------------------------------------------------------- sweep folders
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]+")
@@ -43,6 +44,19 @@ def conf_dir() -> str:
     if env:
         return str(Path(env).resolve())
     return str(Path(__file__).resolve().parents[2] / "conf")
+
+
+def load_option(group: str, name: str, schema: type) -> Any:
+    """``conf/<group>/<name>.yaml`` outside a Hydra run, validated against ``schema`` (its dataclass) and returned
+    as that dataclass: for tools that need one config option (a model, a strategy) without composing a job."""
+    from omegaconf import OmegaConf
+
+    file = Path(conf_dir()) / group / f"{name}.yaml"
+    if not file.is_file():
+        raise FileNotFoundError(f"no config option {group}={name}: {file} does not exist")
+    raw = OmegaConf.load(file)
+    raw.pop("defaults", None)
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), raw))
 
 
 def register_option(group: str, name: str, schema: str, node: type) -> None:

@@ -4,7 +4,8 @@
 per side and run, alternated over ``repeats``, the median run of each side, the ratios ours/TRL, the first-step
 loss check, peak RSS) on a :class:`~omnimed.bench.dpo_config.DPOBenchConfig`, whose sides are
 :mod:`omnimed.bench.dpo_ours` (``DPOModule`` under Lightning) and :mod:`omnimed.bench.dpo_trl` (``DPOTrainer``).
-Both train SmolLM2-135M-Instruct + LoRA r16 with beta 0.1 in fp32 on the same preference pairs
+Both train SmolLM2-135M-Instruct + LoRA r16 with beta 0.1 in fp32 on CPU (or the config's GPU scenario: bf16, ZeRO-3,
+``qwen2.5-1.5b-shape``) on the same preference pairs
 (:mod:`omnimed.bench.dpo_data`), TRL reading our batches in our order, each computing the adapter-disabled
 reference every step. Tokens/s count the real (non-padding) tokens of the chosen and rejected rows.
 """

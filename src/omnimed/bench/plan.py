@@ -49,12 +49,15 @@ def bench_plan(planner: str = "smollm2-135m", backends: tuple[str, ...] = ("hf",
         start = time.perf_counter()
         plans = method.plan(test, backend, method_sources(), seed)
         seconds = time.perf_counter() - start
+        failed = [g.error for g in plans if g.error is not None]
+        if failed:  # a failed call is not a timing
+            raise RuntimeError(f"{len(failed)} of {len(plans)} planner calls failed on the {name} backend "
+                               f"({backend!r}); the first: {failed[0]}")
         tokens = sum(g.tokens for g in plans)
         result["backends"][name] = {
             "s_per_sample": seconds / max(1, len(test)), "generated_tokens_per_s": tokens / seconds,
             "mean_generated_tokens": tokens / max(1, len(test)),
             "parsed_without_problems": sum(parse_plan(g.text).ok for g in plans) / max(1, len(test)),
-            "failed_calls": sum(g.error is not None for g in plans),
         }
     return result
 

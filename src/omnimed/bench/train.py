@@ -59,7 +59,11 @@ def hardware() -> dict[str, Any]:
             versions[dist] = md.version(dist)
         except md.PackageNotFoundError:
             versions[dist] = None
+    import torch
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     return {
+        "gpu": gpu,
         "cpu_model": cpu_model,
         "logical_cores": os.cpu_count(),
         "physical_cores": psutil.cpu_count(logical=False),
@@ -82,6 +86,8 @@ def _run_child(side: str, cfg: TrainBenchConfig, workdir: Path) -> dict[str, Any
     threads = str(cfg.threads)
     env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, TOKENIZERS_PARALLELISM="false",
                HF_HUB_OFFLINE=env.get("HF_HUB_OFFLINE", "1"), WANDB_MODE="disabled", PYTHONWARNINGS="ignore")
+    if cfg.accelerator == "cpu" and cfg.strategy.startswith("deepspeed"):
+        env["DS_ACCELERATOR"] = "cpu"  # DeepSpeed picks its accelerator per process; none would be found here
     cmd = [sys.executable, "-m", "omnimed.bench.train_child", "--bench", cfg.bench, "--side", side,
            "--config", str(cfg_path), "--out", str(out_path)]
     with open(log_path, "w") as log:

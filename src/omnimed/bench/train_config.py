@@ -9,15 +9,24 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from omnimed.models.config import ModelConfig
-    from omnimed.training.config import TaskConfig
+    from omnimed.training.config import StrategyConfig, TaskConfig, TrainerConfig
 
 SIDES = ("ours", "trl")
-MODELS = ("smollm2-135m", "tiny-llama")
+MODELS = ("smollm2-135m", "tiny-llama", "qwen2.5-1.5b-shape")
+ACCELERATORS = ("cpu", "cuda")
+PRECISIONS = ("32-true", "bf16-mixed")
+STRATEGIES = ("single", "deepspeed_zero3")
 
 
 @dataclass
 class TrainBenchConfig:
-    """Everything both sides share. ``model`` is ``smollm2-135m`` (the real model) or ``tiny-llama`` (tests).
+    """Everything both sides share. ``model`` is ``smollm2-135m`` (the real model), ``tiny-llama`` (tests) or
+    ``qwen2.5-1.5b-shape`` (Qwen2.5-1.5B's shape with random weights: a GPU run with no hub).
+
+    ``accelerator``, ``precision`` and ``strategy`` are the hardware scenario: one CPU process in fp32 (default), or
+    one GPU, bf16 and ``deepspeed_zero3`` (``conf/strategy/deepspeed_zero3.yaml`` for both sides: Lightning's
+    ``DeepSpeedStrategy`` for ours, the same dict as ``TrainingArguments.deepspeed`` for TRL's). ZeRO-3 also runs on
+    CPU (fp32, ``DS_ACCELERATOR=cpu``, which the parent sets for the sides), so its code path is tested without a GPU.
 
     A subclass is another benchmark on the same machinery (:class:`omnimed.bench.dpo_config.DPOBenchConfig`):
     ``bench`` names it for the child process, :meth:`task_fields` adds to the ``TaskConfig`` both sides load."""
@@ -30,6 +39,9 @@ class TrainBenchConfig:
     batch_size: int = 4
     max_length: int = 256
     threads: int = 2
+    accelerator: str = "cpu"  # cpu | cuda
+    precision: str = "32-true"  # 32-true | bf16-mixed (Lightning's names; TRL gets bf16=True)
+    strategy: str = "single"  # single (one process, no wrapper) | deepspeed_zero3
     packing: bool = False
     lr: float = 2e-4
     seed: int = 0
@@ -58,6 +70,13 @@ class TrainBenchConfig:
             raise ValueError(f"trl_order must be matched | native, got {self.trl_order!r}")
         if self.ours_loss not in ("model", "selective"):
             raise ValueError(f"ours_loss must be model | selective, got {self.ours_loss!r}")
+        for name, value, allowed in (("accelerator", self.accelerator, ACCELERATORS),
+                                     ("precision", self.precision, PRECISIONS), ("strategy", self.strategy, STRATEGIES)):
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+        if self.accelerator == "cpu" and self.precision != "32-true":
+            raise ValueError("accelerator=cpu runs fp32 (precision=32-true): DeepSpeed on CPU is fp32 only, and "
+                             "bf16 autocast on CPU is not a scenario anyone trains in")
         unknown = set(self.sides) - set(SIDES)
         if unknown or not self.sides:
             raise ValueError(f"sides must be a non-empty subset of {SIDES}, got {self.sides}")
@@ -76,8 +95,9 @@ def model_config(cfg: TrainBenchConfig) -> ModelConfig:
     from omnimed.models.config import LoraSettings, ModelConfig
 
     lora = LoraSettings(enabled=True, r=cfg.lora_r, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout)
-    if cfg.model == "tiny-llama":
-        return ModelConfig(name="tiny-llama", source="tiny", name_or_path="tiny-llama", lora=lora)
+    if cfg.model in ("tiny-llama", "qwen2.5-1.5b-shape"):  # random weights built here (omnimed.models.tiny)
+        return ModelConfig(name=cfg.model, source="tiny", name_or_path=cfg.model, dtype="float32",
+                           attn_implementation="sdpa", lora=lora)
     return ModelConfig(name="smollm2-135m", source="packaged", name_or_path="smollm2-135m", dtype="float32",
                        attn_implementation="sdpa", lora=lora)
 
@@ -94,3 +114,31 @@ def task_config(cfg: TrainBenchConfig) -> TaskConfig:
 def warmup_steps(cfg: TrainBenchConfig) -> int:
     """LR warmup steps, computed as ``SFTModule.configure_optimizers`` does, so TRL gets the same number."""
     return math.ceil(0.03 * max(cfg.total_steps, 1))
+
+
+def deepspeed_zero3_dict(cfg: TrainBenchConfig) -> dict[str, Any]:
+    """``conf/strategy/deepspeed_zero3.yaml``'s DeepSpeed dict resolved for this scenario (micro batch, clipping 1.0,
+    bf16 from ``precision``; :func:`omnimed.training.strategies.resolve_deepspeed_config`): ours and TRL's get the
+    same dict."""
+    from omnimed.training.strategies import resolve_deepspeed_config
+
+    return resolve_deepspeed_config(strategy_config(cfg).deepspeed, precision=cfg.precision,
+                                    trainer_cfg=trainer_config(cfg), micro_batch_size=cfg.batch_size)
+
+
+def strategy_config(cfg: TrainBenchConfig) -> StrategyConfig:
+    """The ``StrategyConfig`` of ``cfg.strategy``: ``conf/strategy/deepspeed_zero3.yaml`` or the single process."""
+    from omnimed.conf import load_option
+    from omnimed.training.config import StrategyConfig
+
+    if cfg.strategy == "single":
+        return StrategyConfig(name="cpu")
+    return load_option("strategy", cfg.strategy, StrategyConfig)
+
+
+def trainer_config(cfg: TrainBenchConfig) -> TrainerConfig:
+    """The ``TrainerConfig`` our side's hardware is resolved from (one device, clipping 1.0, no accumulation)."""
+    from omnimed.training.config import TrainerConfig
+
+    return TrainerConfig(accelerator=cfg.accelerator, devices=1, precision=cfg.precision, gradient_clip_val=1.0,
+                         accumulate_grad_batches=1, max_steps=cfg.total_steps)

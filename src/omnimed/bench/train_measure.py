@@ -1,6 +1,6 @@
 """What a side of ``omnimed-bench train`` measures in its own process: per-step wall clock, CPU time, real and total
-tokens and losses (:class:`StepLog`, and the step-time / tokens-per-second summary of the timed steps), and peak
-resident memory (:class:`PeakRSS`)."""
+tokens and losses (:class:`StepLog`, and the step-time / tokens-per-second summary of the timed steps), peak
+resident memory (:class:`PeakRSS`) and, on a GPU, peak device memory (:func:`peak_gpu_memory`)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import itertools
 import resource
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,13 +54,18 @@ class StepLog:
     total: list[int] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)
     threads_in_loop: int | None = None
+    sync: Callable[[], None] | None = None  # torch.cuda.synchronize on a GPU: a step ends when its kernels have
 
     def begin(self) -> None:
         """Mark the start of training (wall clock and this process's CPU time, all threads)."""
+        if self.sync is not None:
+            self.sync()
         self.start, self.cpu_start = time.perf_counter(), time.process_time()
 
     def step_end(self) -> None:
-        """Mark the end of an optimizer step."""
+        """Mark the end of an optimizer step (after the device's queued work, on a GPU)."""
+        if self.sync is not None:
+            self.sync()
         self.ends.append(time.perf_counter())
         self.cpu_ends.append(time.process_time())
 
@@ -102,3 +108,21 @@ class StepLog:
             "losses": [round(v, 5) for v in self.losses[:n]],
             "first_step_s": round(self.ends[0] - self.start, 4),
         }
+
+
+def step_log(accelerator: str) -> StepLog:
+    """A :class:`StepLog` that waits for the GPU before each time stamp when ``accelerator`` is ``cuda``."""
+    import torch
+
+    return StepLog(sync=torch.cuda.synchronize if accelerator == "cuda" else None)
+
+
+def peak_gpu_memory(accelerator: str) -> dict[str, float]:
+    """The process's peak GPU memory (MB) as torch's caching allocator counts it: allocated by tensors and reserved
+    from the driver; empty on CPU."""
+    import torch
+
+    if accelerator != "cuda":
+        return {}
+    return {"peak_gpu_allocated_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1),
+            "peak_gpu_reserved_mb": round(torch.cuda.max_memory_reserved() / 2**20, 1)}

@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from omnimed.bench.train_config import TrainBenchConfig, task_config
+from omnimed.bench.train_config import TrainBenchConfig, strategy_config, task_config, trainer_config
 from omnimed.bench.train_data import check_epoch, datamodule, sft_rows, side_setup
-from omnimed.bench.train_measure import PeakRSS, StepLog
+from omnimed.bench.train_measure import PeakRSS, peak_gpu_memory, step_log
 
 
 def _selective_module_cls():
@@ -55,6 +55,17 @@ def _selective_module_cls():
     return SelectiveHeadSFTModule
 
 
+def hardware_kwargs(cfg: TrainBenchConfig) -> dict[str, Any]:
+    """The Lightning ``Trainer``'s strategy, accelerator, devices, precision and clipping for ``cfg``'s scenario,
+    resolved by the engine's own :func:`~omnimed.training.strategies.build_strategy` (DeepSpeed clips itself, from
+    its dict's ``gradient_clipping``, so the Trainer does not)."""
+    from omnimed.training.strategies import build_strategy
+
+    built = build_strategy(strategy_config(cfg), trainer_config(cfg), micro_batch_size=cfg.batch_size)
+    deepspeed = cfg.strategy.startswith("deepspeed")
+    return {**built.trainer_kwargs(), "gradient_clip_val": None if deepspeed else 1.0}
+
+
 def run_ours(
     cfg: TrainBenchConfig,
     *,
@@ -83,7 +94,7 @@ def run_ours(
         mcfg, tokenizer, data_rows = side_setup(cfg, rows)
         dm = datamodule(data_rows, tokenizer, cfg, packing=cfg.packing, module_cls=datamodule_cls)
         check_epoch(len(dm.train_dataloader()), cfg)
-        log = StepLog()
+        log = step_log(cfg.accelerator)
 
         class StepTimer(Callback):
             def on_train_start(self, trainer: Any, pl_module: Any) -> None:
@@ -103,12 +114,9 @@ def run_ours(
         rss_model_mb = rss.current_mb()
         with tempfile.TemporaryDirectory(prefix="omnimed-bench-") as tmp:
             trainer = L.Trainer(
-                accelerator="cpu",
-                devices=1,
-                precision="32-true",
+                **hardware_kwargs(cfg),
                 max_steps=cfg.total_steps,
                 max_epochs=1,
-                gradient_clip_val=1.0,
                 accumulate_grad_batches=1,
                 logger=False,
                 enable_checkpointing=False,
@@ -125,14 +133,17 @@ def run_ours(
             trainer.fit(module, datamodule=dm)
     result = log.summary(cfg.warmup, cfg.steps)
     result.update(rss.result())
+    result.update(peak_gpu_memory(cfg.accelerator))
     result.update(
         side="ours",
+        strategy=type(trainer.strategy).__name__,
+        precision=str(trainer.precision),
         loop=f"lightning.Trainer.fit({module_cls.__name__}, {datamodule_cls.__name__})",
         loss_impl=cfg.ours_loss,
         setup_s=round(setup_s, 2),
         rss_after_model_load_mb=round(rss_model_mb, 1),
         threads=log.threads_in_loop,
-        trainable_params=sum(p.numel() for p in module.model.parameters() if p.requires_grad),
+        trainable_params=sum(getattr(p, "ds_numel", p.numel()) for p in module.model.parameters() if p.requires_grad),
         batches_per_epoch=len(dm.train_dataloader()),
     )
     return result

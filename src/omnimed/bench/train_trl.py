@@ -22,15 +22,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from omnimed.bench.train_config import TrainBenchConfig, warmup_steps
+from omnimed.bench.train_config import TrainBenchConfig, deepspeed_zero3_dict, warmup_steps
 from omnimed.bench.train_data import check_epoch, datamodule, first_epoch_batches, sft_rows, side_setup
-from omnimed.bench.train_measure import PeakRSS, StepLog
+from omnimed.bench.train_measure import PeakRSS, peak_gpu_memory, step_log
 
 
 def trainer_args(cfg: TrainBenchConfig, output_dir: str) -> dict[str, Any]:
     """The ``TrainingArguments`` both TRL trainers get: our batch size, steps, AdamW (torch's), lr, cosine schedule
-    with our warmup, clipping 1.0 and ``max_length``; fp32 on CPU (TRL would default to bf16 there), no gradient
-    checkpointing, no workers, logging every step, no reporting, saving, evaluation or progress bar."""
+    with our warmup, clipping 1.0 and ``max_length``; fp32 on CPU (TRL would default to bf16 there), bf16 where the
+    scenario says so, our DeepSpeed dict under ``deepspeed_zero3``; no gradient checkpointing, no workers, logging
+    every step, no reporting, saving, evaluation or progress bar."""
+    deepspeed = deepspeed_zero3_dict(cfg) if cfg.strategy == "deepspeed_zero3" else None
     return {
         "output_dir": output_dir,
         "per_device_train_batch_size": cfg.batch_size,
@@ -43,9 +45,10 @@ def trainer_args(cfg: TrainBenchConfig, output_dir: str) -> dict[str, Any]:
         "warmup_steps": warmup_steps(cfg),
         "max_grad_norm": 1.0,
         "max_length": cfg.max_length,
-        "bf16": False,
+        "bf16": cfg.precision.startswith("bf16"),
         "fp16": False,
-        "use_cpu": True,
+        "use_cpu": cfg.accelerator == "cpu",
+        "deepspeed": deepspeed,
         "gradient_checkpointing": False,
         "report_to": [],
         "dataloader_num_workers": 0,
@@ -56,6 +59,21 @@ def trainer_args(cfg: TrainBenchConfig, output_dir: str) -> dict[str, Any]:
         "seed": cfg.seed,
         "data_seed": cfg.seed,
     }
+
+
+def _single_process_group_env() -> None:
+    """The variables ``torch.distributed`` reads, for a world of one process: what a launcher (``deepspeed``,
+    ``torchrun``) would set, so ``TrainingArguments(deepspeed=...)`` runs in this plain process (Lightning sets them
+    for ours itself)."""
+    import os
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
+                       ("MASTER_PORT", str(port))):
+        os.environ.setdefault(key, value)
 
 
 def run_trl_side(
@@ -93,7 +111,7 @@ def run_trl_side(
         ours_first = next(iter(ours_loader))
         order = [i for batch in first_epoch_batches(ours_loader)[: cfg.total_steps] for i in batch]
         train_ds = train_dataset(ours_dm, data_rows, order)
-        log = StepLog()
+        log = step_log(cfg.accelerator)
         first_batch: dict[str, torch.Tensor] = {}
 
         class RecordingCollator:
@@ -133,6 +151,8 @@ def run_trl_side(
 
         BenchTrainer.__name__ = BenchTrainer.__qualname__ = f"Bench{trainer_cls.__name__}"
         torch.manual_seed(cfg.seed)
+        if cfg.strategy != "single":
+            _single_process_group_env()
         model = load_causal_lm(mcfg, tokenizer, for_training=True)
         rss_model_mb = rss.current_mb()
         with tempfile.TemporaryDirectory(prefix="omnimed-bench-trl-") as tmp:
@@ -146,6 +166,7 @@ def run_trl_side(
             trainer.train()
     result = log.summary(cfg.warmup, cfg.steps)
     result.update(rss.result())
+    result.update(peak_gpu_memory(cfg.accelerator))
     same_first = (
         bool(first_batch)
         and first_batch["input_ids"].shape == ours_first["input_ids"].shape
@@ -162,8 +183,10 @@ def run_trl_side(
         setup_s=round(setup_s, 2),
         rss_after_model_load_mb=round(rss_model_mb, 1),
         threads=log.threads_in_loop,
-        trainable_params=sum(p.numel() for p in model.parameters() if p.requires_grad),
+        trainable_params=sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters() if p.requires_grad),
         optimizer=type(trainer.optimizer).__name__,
+        strategy="deepspeed" if trainer.is_deepspeed_enabled else "single",
+        precision="bf16" if trainer.args.bf16 else "fp32",
     )
     return result, trainer
 

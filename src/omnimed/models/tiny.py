@@ -1,10 +1,14 @@
-"""Tiny random-weight models for unit tests, built locally and deterministically.
+"""Random-weight models built locally and deterministically: tiny ones for unit tests, and full-size shapes for
+benchmarks on machines with no model hub.
 
 ``tiny-llama`` is a 2-layer Llama with tied embeddings (like SmolLM2) and a byte-level BPE tokenizer trained
 here on a short built-in text. It shares SmolLM2's ChatML markers, bos/eos/pad choice and chat-template
 shape, so formatting, tokenisation, LoRA and training code exercised on it behaves the same on the real
 model. ``tiny-llama-untied`` is the same with a separate ``lm_head`` (like Llama-2-7B and Qwen2.5-7B), so the
-untied code paths are tested too. Each is saved as an ordinary HF folder in the cache and then loaded
+untied code paths are tested too. ``qwen2.5-1.5b-shape`` has Qwen2.5-1.5B's architecture and size (28 layers, hidden
+1536, 12 query / 2 key-value heads, 151,936 embedding rows, tied; 1.54B parameters) with random weights and the same
+small tokenizer (only its first rows are ever looked up): a GPU benchmark's model when the hub is out of reach, where
+what counts is the compute per token, not what the model says. Each is saved as an ordinary HF folder in the cache and then loaded
 through the same code path as any local checkpoint.
 """
 
@@ -67,7 +71,10 @@ Results: the treatment reduced mortality by 12 percent (95% CI 8-16, p < 0.001).
 
 @dataclass(frozen=True)
 class TinySpec:
-    """Shape of one tiny model; ``recipe`` changes whenever the build output would change."""
+    """Shape of one random-weight model; ``recipe`` changes whenever the build output would change.
+
+    ``vocab_size`` is the trained tokenizer's; ``embedding_rows`` (None: the tokenizer's length) pads the embedding
+    as real checkpoints do. ``family`` picks the transformers config class (``llama`` | ``qwen2``)."""
 
     name: str
     kind: str  # causal_lm
@@ -79,6 +86,11 @@ class TinySpec:
     num_key_value_heads: int = 2
     vocab_size: int = 1024
     seed: int = 0
+    family: str = "llama"
+    embedding_rows: int | None = None
+    max_position_embeddings: int = 512
+    rope_theta: float = 10000.0
+    save_dtype: str = "float32"
 
     @property
     def recipe(self) -> str:
@@ -88,10 +100,18 @@ class TinySpec:
 TINY_MODELS: dict[str, TinySpec] = {
     "tiny-llama": TinySpec(name="tiny-llama", kind="causal_lm", tie_word_embeddings=True),
     "tiny-llama-untied": TinySpec(name="tiny-llama-untied", kind="causal_lm", tie_word_embeddings=False),
+    # Qwen2.5-1.5B-Instruct's config.json values; weights saved in bf16 (3 GB) as the hub checkpoint is
+    "qwen2.5-1.5b-shape": TinySpec(
+        name="qwen2.5-1.5b-shape", kind="causal_lm", tie_word_embeddings=True, hidden_size=1536,
+        intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
+        family="qwen2", embedding_rows=151936, max_position_embeddings=32768, rope_theta=1000000.0,
+        save_dtype="bfloat16",
+    ),
 }
+_CONFIG_CLASSES = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Config", "Qwen2ForCausalLM")}
 
 
-def _train_tokenizer(vocab_size: int):
+def _train_tokenizer(vocab_size: int, model_max_length: int = 512):
     """Train a byte-level BPE (GPT-2/SmolLM2 style) on the built-in corpus and wrap it for transformers."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -115,25 +135,27 @@ def _train_tokenizer(vocab_size: int):
         unk_token=ENDOFTEXT,
         padding_side="right",
         chat_template=CHAT_TEMPLATE,
-        model_max_length=512,
+        model_max_length=model_max_length,
         clean_up_tokenization_spaces=False,
     )
 
 
 def _build_causal_lm(spec: TinySpec, folder: Path) -> None:
     """Write tokenizer, config, generation config and random-but-seeded weights into ``folder``."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    import transformers
 
-    tokenizer = _train_tokenizer(spec.vocab_size)
+    tokenizer = _train_tokenizer(spec.vocab_size, spec.max_position_embeddings)
     tokenizer.save_pretrained(folder)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
+    config_name, model_name = _CONFIG_CLASSES[spec.family]
+    config = getattr(transformers, config_name)(
+        vocab_size=spec.embedding_rows or len(tokenizer),
         hidden_size=spec.hidden_size,
         intermediate_size=spec.intermediate_size,
         num_hidden_layers=spec.num_hidden_layers,
         num_attention_heads=spec.num_attention_heads,
         num_key_value_heads=spec.num_key_value_heads,
-        max_position_embeddings=512,
+        max_position_embeddings=spec.max_position_embeddings,
+        rope_parameters={"rope_type": "default", "rope_theta": spec.rope_theta},
         tie_word_embeddings=spec.tie_word_embeddings,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
@@ -141,11 +163,11 @@ def _build_causal_lm(spec: TinySpec, folder: Path) -> None:
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)
-        model = LlamaForCausalLM(config)
+        model = getattr(transformers, model_name)(config)
     model.generation_config.bos_token_id = tokenizer.bos_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.save_pretrained(folder)
+    model.to(getattr(torch, spec.save_dtype)).save_pretrained(folder)
 
 
 def tiny_model_path(name: str) -> Path:

@@ -54,7 +54,7 @@ class StepLog:
     total: list[int] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)
     threads_in_loop: int | None = None
-    sync: Callable[[], None] | None = None  # torch.cuda.synchronize on a GPU: a step ends when its kernels have
+    sync: Callable[[], None] | None = None  # torch.cuda.synchronize on a GPU: a step ends when its kernels have run
 
     def begin(self) -> None:
         """Mark the start of training (wall clock and this process's CPU time, all threads)."""

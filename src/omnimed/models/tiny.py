@@ -5,11 +5,11 @@ benchmarks on machines with no model hub.
 here on a short built-in text. It shares SmolLM2's ChatML markers, bos/eos/pad choice and chat-template
 shape, so formatting, tokenisation, LoRA and training code exercised on it behaves the same on the real
 model. ``tiny-llama-untied`` is the same with a separate ``lm_head`` (like Llama-2-7B and Qwen2.5-7B), so the
-untied code paths are tested too. ``qwen2.5-1.5b-shape`` has Qwen2.5-1.5B's architecture and size (28 layers, hidden
-1536, 12 query / 2 key-value heads, 151,936 embedding rows, tied; 1.54B parameters) with random weights and the same
-small tokenizer (only its first rows are ever looked up): a GPU benchmark's model when the hub is out of reach, where
-what counts is the compute per token, not what the model says. Each is saved as an ordinary HF folder in the cache and then loaded
-through the same code path as any local checkpoint.
+untied code paths are tested too. ``qwen2.5-1.5b-shape`` has Qwen2.5-1.5B's architecture and size (28 layers,
+hidden 1536, 12 query / 2 key-value heads, 151,936 embedding rows, tied; 1.54B parameters) with random weights and
+the same small tokenizer (only its first rows are ever looked up): a GPU benchmark's model when the hub is out of
+reach, where what counts is the compute per token, not what the model says. Each is saved as an ordinary HF folder
+in the cache and then loaded through the same code path as any local checkpoint.
 """
 
 from __future__ import annotations

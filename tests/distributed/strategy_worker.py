@@ -26,14 +26,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch
 import torch.distributed as dist
 from lightning.pytorch import LightningModule, Trainer, seed_everything
-from omegaconf import OmegaConf
 from torch.utils.data import DataLoader, Dataset
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
+from omnimed.conf import load_option
 from omnimed.training.config import StrategyConfig, TrainerConfig
 from omnimed.training.strategies import apply_fsdp2, build_strategy, hf_zero3_context
 
-REPO = Path(__file__).resolve().parents[2]
 SEQ_LEN = 16
 BATCH_SIZE = 2
 
@@ -54,10 +53,7 @@ def tiny_llama_config() -> LlamaConfig:
 
 def load_strategy_preset(name: str) -> StrategyConfig:
     """A ``conf/strategy/<name>.yaml`` preset validated against ``StrategyConfig`` (its ``defaults`` list dropped)."""
-    raw = OmegaConf.load(REPO / "conf" / "strategy" / f"{name}.yaml")
-    body = {k: v for k, v in raw.items() if k != "defaults"}
-    merged = OmegaConf.merge(OmegaConf.structured(StrategyConfig), body)
-    return OmegaConf.to_object(merged)  # type: ignore[return-value]
+    return load_option("strategy", name, StrategyConfig)
 
 
 class RandomTokens(Dataset):
@@ -158,7 +154,6 @@ def run(args: argparse.Namespace) -> None:
         **spec.trainer_kwargs(),
         max_steps=trainer_cfg.max_steps,
         accumulate_grad_batches=trainer_cfg.accumulate_grad_batches,
-        gradient_clip_val=trainer_cfg.gradient_clip_val,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,

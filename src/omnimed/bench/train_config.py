@@ -93,9 +93,10 @@ class TrainBenchConfig:
 def model_config(cfg: TrainBenchConfig) -> ModelConfig:
     """The ``ModelConfig`` both sides load (LoRA on the default seven projection modules)."""
     from omnimed.models.config import LoraSettings, ModelConfig
+    from omnimed.models.tiny import TINY_MODELS
 
     lora = LoraSettings(enabled=True, r=cfg.lora_r, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout)
-    if cfg.model in ("tiny-llama", "qwen2.5-1.5b-shape"):  # random weights built here (omnimed.models.tiny)
+    if cfg.model in TINY_MODELS:  # random weights built here
         return ModelConfig(name=cfg.model, source="tiny", name_or_path=cfg.model, dtype="float32",
                            attn_implementation="sdpa", lora=lora)
     return ModelConfig(name="smollm2-135m", source="packaged", name_or_path="smollm2-135m", dtype="float32",

@@ -57,13 +57,10 @@ def _selective_module_cls():
 
 def hardware_kwargs(cfg: TrainBenchConfig) -> dict[str, Any]:
     """The Lightning ``Trainer``'s strategy, accelerator, devices, precision and clipping for ``cfg``'s scenario,
-    resolved by the engine's own :func:`~omnimed.training.strategies.build_strategy` (DeepSpeed clips itself, from
-    its dict's ``gradient_clipping``, so the Trainer does not)."""
+    resolved by the engine's own :func:`~omnimed.training.strategies.build_strategy`."""
     from omnimed.training.strategies import build_strategy
 
-    built = build_strategy(strategy_config(cfg), trainer_config(cfg), micro_batch_size=cfg.batch_size)
-    deepspeed = cfg.strategy.startswith("deepspeed")
-    return {**built.trainer_kwargs(), "gradient_clip_val": None if deepspeed else 1.0}
+    return build_strategy(strategy_config(cfg), trainer_config(cfg), micro_batch_size=cfg.batch_size).trainer_kwargs()
 
 
 def run_ours(

@@ -343,7 +343,7 @@ def train(
         max_epochs=cfg.trainer.max_epochs,
         max_steps=cfg.trainer.max_steps,
         accumulate_grad_batches=cfg.trainer.accumulate_grad_batches,
-        gradient_clip_val=cfg.trainer.gradient_clip_val if cfg.strategy.name != "deepspeed" else None,
+        gradient_clip_val=built.gradient_clip_val,
         log_every_n_steps=cfg.trainer.log_every_n_steps,
         # > 1 means "every N training steps", counted across epochs (at most the run's steps, so a run shorter
         # than the interval still validates at its end); <= 1 is a fraction of an epoch

@@ -47,18 +47,21 @@ class StrategySpec:
     devices: Any
     precision: str
     num_nodes: int = 1
+    gradient_clip_val: float | None = None  # the Trainer's; None under DeepSpeed, which clips from its own dict
 
     def __iter__(self) -> Iterator[Any]:
         return iter((self.strategy, self.accelerator, self.devices, self.precision))
 
     def trainer_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for ``lightning.Trainer`` (strategy, accelerator, devices, num_nodes, precision)."""
+        """Keyword arguments for ``lightning.Trainer`` (strategy, accelerator, devices, num_nodes, precision,
+        gradient_clip_val)."""
         return {
             "strategy": self.strategy,
             "accelerator": self.accelerator,
             "devices": self.devices,
             "num_nodes": self.num_nodes,
             "precision": self.precision,
+            "gradient_clip_val": self.gradient_clip_val,
         }
 
 
@@ -94,7 +97,8 @@ def build_strategy(
     backend = cfg.process_group_backend or ("nccl" if accelerator == "cuda" else "gloo")
 
     if cfg.name == "cpu":
-        return StrategySpec("auto", accelerator, 1, precision, num_nodes=1)
+        return StrategySpec("auto", accelerator, 1, precision, num_nodes=1,
+                            gradient_clip_val=trainer_cfg.gradient_clip_val)
 
     if cfg.name == "ddp":
         strategy: Strategy = DDPStrategy(process_group_backend=backend)
@@ -107,7 +111,9 @@ def build_strategy(
         strategy, precision = _build_deepspeed(
             cfg, trainer_cfg, accelerator, precision, backend, micro_batch_size, hidden_size
         )
-    return StrategySpec(strategy, accelerator, devices, precision, num_nodes=trainer_cfg.num_nodes)
+    clip = None if cfg.name == "deepspeed" else trainer_cfg.gradient_clip_val
+    return StrategySpec(strategy, accelerator, devices, precision, num_nodes=trainer_cfg.num_nodes,
+                        gradient_clip_val=clip)
 
 
 def resolve_accelerator(requested: str, *, default: str | None = None) -> str:

@@ -371,7 +371,7 @@ def test_planner_presets_compose_with_the_papers_settings():
     mini_sft = _compose("+preset=omnirag_planner_sft_miniature", "paths.root=/r")
     mini_dpo = _compose("+preset=omnirag_planner_dpo_miniature", "paths.root=/r")
     assert mini_sft.model.name == "smollm2-135m" and mini_sft.data.record_kind == "prompt_completion"
-    assert mini_dpo.data.record_kind == "preference" and mini_dpo.data.path == "/r/builds/omnirag-miniature/pairs/dpo"
+    assert mini_dpo.data.record_kind == "preference" and mini_dpo.data.path == "/r/builds/omnirag-miniature/pairs_matched/dpo"
     assert mini_dpo.model.name_or_path == f"/r/checkpoints/{mini_sft.task.name}/{mini_sft.run_name}/hf"
     assert mini_dpo.model.lora.enabled and mini_dpo.strategy.name == "cpu" and mini_dpo.trainer.max_steps == 60
 

@@ -235,9 +235,44 @@ def test_a_trained_planner_beside_the_oracle_reader_is_served_from_its_export_an
     from omnimed.methods.omnirag.method import OmniRAG, OmniRAGConfig
 
     served = []
-    monkeypatch.setattr(backends, "run_backend", lambda cfg, **kw: served.append(cfg) or "planner")
+    monkeypatch.setattr(backends, "run_backend", lambda cfg, **kw: served.append((cfg, kw["cache_root"])) or "planner")
     method = OmniRAG(OmniRAGConfig(planner="sft", planner_backend="hf", checkpoints={"sft": "/exports/sft/hf"}))
     method.serve(BackendConfig(name="oracle", cache=False, cache_dir="/c"), model=None)
     assert method.serve_planner(kb_tiny) == "planner"
-    cfg = served[0]
-    assert (cfg.name, cfg.model, cfg.cache, cfg.cache_dir) == ("hf", "/exports/sft/hf", True, "/c")
+    cfg, root = served[0]
+    assert (cfg.name, cfg.model, cfg.cache, cfg.cache_dir, root) == ("hf", "/exports/sft/hf", True, "/c", "/c")
+    # without a backend cache folder the planner caches where the run does (paths.cache), not in the home folder
+    method.serve(BackendConfig(name="hf", cache_dir=None), model=None)
+    method.cache_root = "/runs/cache"
+    method.serve_planner(kb_tiny)
+    assert served[1][1] == "/runs/cache"
+
+
+def test_one_available_source_leaves_the_plans_other_queries_unsearched_and_picks_its_ood_planner(
+        world_tiny, kb_tiny, monkeypatch):
+    """Table 8: pipeline.sources=[one] is the only source searched, whatever the plan asks; the OOD planner's
+    export is the one trained without that source ({source} in its path)."""
+    from omnimed.generation.factory import BackendConfig
+    from omnimed.methods import backends
+    from omnimed.methods.omnirag.method import OmniRAG, OmniRAGConfig
+
+    method = OmniRAG(OmniRAGConfig(sources=["book"]))
+    monkeypatch.setattr(method, "serve_planner", lambda kb: ScriptedPlanner(
+        ["<book>mechanism of action</book><wiki>signs and symptoms</wiki>"]))
+    (answer,) = method.answer([q for q in world_tiny.questions if q.split == "test"][:1], OracleBackend(world_tiny),
+                              kb_tiny, seed=0)
+    assert answer.evidence and all(pid.startswith("book:") for pid in answer.evidence)
+    assert "queries for wiki not searched: pipeline.sources=['book']" in answer.extras["plan_problems"]
+
+    served = []
+    monkeypatch.setattr(backends, "run_backend", lambda cfg, **kw: served.append(cfg) or "planner")
+    for sources in (["research"], None):
+        ood = OmniRAG(OmniRAGConfig(planner="spo_ood", planner_backend="hf", sources=sources,
+                                    checkpoints={"spo_ood": "/exports/spo-ood-{source}/hf"}))
+        ood.serve(BackendConfig(name="oracle", cache_dir="/c"), model=None)
+        if sources:
+            ood.serve_planner(kb_tiny)
+        else:
+            with pytest.raises(ValueError, match=r"\{source\} is the one source available at test time"):
+                ood.serve_planner(kb_tiny)
+    assert [cfg.model for cfg in served] == ["/exports/spo-ood-research/hf"]

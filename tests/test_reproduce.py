@@ -86,6 +86,8 @@ def test_every_runnable_row_of_every_shipped_table_composes_at_every_preset():
                     if status == "pending":
                         assert plan.pending[col] == f"missing: dataset {key}: {PENDING[key]}"
                         assert key not in plan.datasets
+                    elif col in m.column_overrides:  # runs on its own, with its overrides
+                        assert plan.alone[col] == key and col not in plan.datasets.get(key, [])
                     elif key != AVERAGE:
                         assert col in plan.datasets[key]
 
@@ -483,3 +485,28 @@ def test_the_plot_labels_each_panel_by_its_own_metric_and_keeps_the_legend_off_t
     assert labels["CARE/NDCG@3"].startswith("ndcg@3") and labels["CARE/HIT@3"].startswith("hit@3")
     assert fig.legends and not any(ax.get_legend() for ax in fig.axes)
     assert "stand-ins" in fig._suptitle.get_text() and (tmp_path / "t.png").is_file()
+
+
+def test_a_column_with_overrides_of_its_own_runs_apart_with_them(tmp_path):
+    """Table 8's shape: a restriction per column (there, the one source available). Each such column runs on its
+    own, in its own folder, with its overrides; the other columns keep sharing the row's sweep."""
+    path = manifest(tmp_path, ROWS[:1])
+    data = yaml.safe_load(path.read_text())
+    data["columns"] = ["World", "First 5"]
+    data["column_overrides"] = {"First 5": ["task.max_queries=5"]}
+    for preset in data["datasets"].values():
+        preset["First 5"] = "world"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    res = reproduce_cli(str(path), f"paths.root={tmp_path}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "(First 5: task.max_queries=5)" in " ".join((res.stdout + res.stderr).split())  # the log names it
+    runs = tmp_path / "experiments" / "demo" / "results" / "runs" / "table1" / "bm25"
+    shared, alone = runs / "world", runs / "first-5" / "world"
+    assert "task.max_queries=5" in (alone / ".hydra" / "overrides.yaml").read_text()
+    assert "task.max_queries" not in (shared / ".hydra" / "overrides.yaml").read_text()
+    rows = list(csv.DictReader((tmp_path / "experiments" / "demo" / "results" / "table1.csv").open()))
+    assert {r["column"] for r in rows if r["status"] == "measured"} == {"World", "First 5"}
+    with pytest.raises(ManifestError, match=r"column_overrides: unknown columns \['Nope'\]"):
+        data["column_overrides"] = {"Nope": ["task.k=1"]}
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        load_manifest(path)

@@ -79,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out) if args.out else Path(args.manifest).parent / "results"
         cells, paths = reproduce(manifest, preset=args.preset, out_dir=out, launcher=args.launcher,
                                  extra=args.overrides, dry_run=args.dry_run,
-                                 training_seeds=args.training_seeds, log=console.print)
+                                 training_seeds=args.training_seeds,
+                                 log=lambda text: console.print(text, markup=False, highlight=False))  # overrides hold [...]
     except ManifestError as exc:
         console.print(f"[red]omnimed-reproduce: {exc}[/red]")
         return 2

@@ -47,6 +47,12 @@ class QATaskConfig:
     # long-form (open) questions: the backend that labels each statement of an answer against the reference
     # (PolyRAG uses GPT-4: judge.name=openai judge.model=...); model null: the run's model
     judge: BackendConfig = field(default_factory=BackendConfig)
+    # LUQ uncertainty (Omni-RAG table 10, omnimed.evaluation.luq): luq_samples answers per question sampled at
+    # luq_temperature (the paper: 9 at 0.7; 0 = off), judged by luq_nli: an NLI classifier (hub id or folder) or
+    # null, the run's backend asked yes / no
+    luq_samples: int = 0
+    luq_temperature: float = 0.7
+    luq_nli: Optional[str] = None
 
 
 @dataclass
@@ -80,6 +86,7 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
         raise ValueError(f"task.dataset={cfg.task.dataset}: mixes multiple-choice and open questions; a run scores "
                          "one kind (accuracy, or statement ratios for open answers)")
     method = build_method(cfg.pipeline)
+    method.cache_root = cfg.paths.cache
     kind = "open" if longform else "mcq"
     if kind not in method.question_kinds:
         raise ValueError(f"task.dataset={cfg.task.dataset}: pipeline={method.name} answers "
@@ -116,6 +123,8 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
             for extra, judgement in zip(extras, per_answer):
                 extra.update(statements=judgement["statements"], labels=judgement["labels"])
         failures[seed] = []
+        if cfg.task.luq_samples:
+            own[seed].update(_luq(cfg, method, questions, backend, kb, seed, extras, failures[seed]))
         for q, a, extra in zip(questions, answers, extras):
             error = a.error or extra.pop("judge_error", None)
             if error:  # the call failed: counted apart from answers that came back unreadable
@@ -151,6 +160,47 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
                             job_type="evaluate-qa", lineage={"questions": len(questions)},
                             tables={"qa/predictions": (cols, table)})
     return QAResult(metrics, output_dir, problems, logger_dir)
+
+
+def sampling_method(cfg: Any) -> Any:
+    """The run's method answering by sampling at ``task.luq_temperature`` (and generating its answer text, where the
+    pipeline could read it from log-probabilities instead), for LUQ's samples."""
+    import dataclasses
+
+    from omnimed.methods.registry import build_method
+
+    pipeline = cfg.pipeline
+    if not hasattr(pipeline, "temperature"):
+        raise ValueError(f"task.luq_samples={cfg.task.luq_samples}: pipeline={pipeline.name} has no temperature to "
+                         "sample its answers at")
+    changes = {"temperature": cfg.task.luq_temperature}
+    if hasattr(pipeline, "answer_mode"):
+        changes["answer_mode"] = "generate"
+    pipeline = dataclasses.replace(pipeline, **changes)
+    return build_method(pipeline)
+
+
+def _luq(cfg: Any, method: Any, questions: Sequence[Any], backend: Any, kb: Any, seed: int,
+         extras: list[dict[str, Any]], failures: list[tuple[str, str]]) -> dict[str, float]:
+    """``task.luq_samples`` sampled answers per question, their LUQ uncertainty in each question's extras (with the
+    samples) and its mean as ``luq``; a sample whose call failed is left out and counted among the failures."""
+    from omnimed.evaluation.luq import luq, nli_judge
+
+    sampler = sampling_method(cfg)
+    sampler.serve(cfg.backend, cfg.model)
+    sampler.cache_root, sampler.demonstrations = cfg.paths.cache, method.demonstrations
+    samples: list[list[str]] = [[] for _ in questions]
+    for j in range(cfg.task.luq_samples):
+        for texts, a in zip(samples, sampler.answer(questions, backend, kb, seed=seed * 1000 + j + 1)):
+            if a.error is not None:
+                failures.append((describe_backend(backend), a.error))
+            else:
+                texts.append(a.raw)
+    scores = luq(samples, nli_judge(cfg.task.luq_nli, backend))
+    for extra, texts, score in zip(extras, samples, scores):
+        extra.update(luq=score, luq_samples=texts)
+    measured = [u for u in scores if u is not None]  # no luq at all when no question has two answers to compare
+    return {**({"luq": sum(measured) / len(measured)} if measured else {}), "luq/n": float(len(measured))}
 
 
 def seed_summary(outcomes: dict[int, Sequence[bool | None]], *, n_resamples: int = 1000,

@@ -32,7 +32,7 @@ class EvalTask:
 EVAL_TASKS: dict[str, EvalTask] = {
     t.name: t for t in (
         EvalTask("qa", qa.QATaskConfig, qa.run_qa_evaluation, qa.report,
-                 frozenset({"accuracy", "statement_*_ratio", "statement_*_count"})),
+                 frozenset({"accuracy", "statement_*_ratio", "statement_*_count", "luq", "luq/n"})),
         EvalTask("retrieval", retrieval.RetrievalTaskConfig, retrieval.run_retrieval_evaluation, retrieval.report,
                  frozenset({"hit@[0-9]*", "ndcg@[0-9]*", "recall@[0-9]*", "mrr"}), dataset_key="task.queries"),
         # a method's critic: accuracy overall and per label type (Self-BioRAG's four reflective-token types)

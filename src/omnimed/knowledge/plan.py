@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from omnimed.data.records import MAX_QUERIES_PER_SOURCE, SOURCE_KINDS, Plan
 
-__all__ = ["PlanParse", "format_plan", "format_queries", "parse_exploration", "parse_plan"]
+__all__ = ["PlanParse", "as_query", "format_plan", "format_queries", "parse_exploration", "parse_plan"]
 
 #: anything that looks like an XML-ish tag: ``<book>``, ``</ wiki >``, ``<think>``
 _TAG = re.compile(r"<\s*(/?)\s*([A-Za-z_][\w-]*)\s*>")
@@ -197,6 +197,12 @@ def parse_exploration(text: str, n: int) -> tuple[dict[str, list[str]], list[str
     queries, problems = _scan(text, n)
     problems += [f"{len(qs)} queries for {s} (expected {n})" for s, qs in queries.items() if len(qs) < n]
     return queries, problems
+
+
+def as_query(text: str) -> str:
+    """Free text (a pseudo-document, a question) made one plan query: ``;`` and angle brackets, which plan text
+    reserves, become spaces (a search ignores them anyway), whitespace collapsed."""
+    return " ".join(re.sub(r"[;<>]", " ", text).split())
 
 
 def format_queries(queries: dict[str, list[str]], *, all_sources: bool = False, sep: str = "") -> str:

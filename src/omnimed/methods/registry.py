@@ -68,6 +68,9 @@ class Method(ABC):
 
     #: solved questions of the dataset's training split, set by the runner when :meth:`shots` asks for some
     demonstrations: Sequence[Any] = ()
+    #: where the run's backend calls are cached (``paths.cache``), set by the runner: a backend the method serves
+    #: itself (a planner) caches there too
+    cache_root: Any = None
 
     def shots(self) -> int:
         """How many solved questions :meth:`answer` shows before each question (chosen from

@@ -124,6 +124,9 @@ class TableManifest(BaseModel):
     scale: float = 100.0
     scales: dict[str, float] = Field(default_factory=dict)  # column -> scale, where a column differs (counts: 1)
     columns: list[str]
+    # column -> overrides of every row's run of that column (a restriction the paper makes per column, e.g. one
+    # retrieval source); such a column runs on its own instead of in the row's sweep over datasets
+    column_overrides: dict[str, list[str]] = Field(default_factory=dict)
     datasets: dict[str, dict[str, str]]
     presets: dict[str, list[str]]
     rows: list[Row]
@@ -149,6 +152,9 @@ class TableManifest(BaseModel):
         stray = set(self.prepare) - set(self.presets)
         if stray:
             raise ValueError(f"prepare: presets {sorted(stray)} are not among presets {sorted(self.presets)}")
+        odd_columns = set(self.column_overrides) - set(self.columns)
+        if odd_columns:
+            raise ValueError(f"column_overrides: unknown columns {sorted(odd_columns)}; columns are {self.columns}")
         odd_scales = set(self.scales) - set(self.columns)
         if odd_scales:
             raise ValueError(f"scales: unknown columns {sorted(odd_scales)}; columns are {self.columns}")

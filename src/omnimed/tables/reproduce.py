@@ -21,6 +21,7 @@ from pathlib import Path
 from omnimed.data.artifacts import atomic_write_text
 from omnimed.evaluation.datasets import dataset_status, known_datasets
 from omnimed.evaluation.runner import FAILED_FILE
+from omnimed.tables.detectable import detectable_difference, question_outcomes
 from omnimed.tables.manifest import (
     ManifestError,
     PrepareStep,
@@ -29,7 +30,6 @@ from omnimed.tables.manifest import (
     eval_tasks,
     runnable_methods,
 )
-from omnimed.tables.detectable import detectable_difference, question_outcomes
 from omnimed.tables.report import Cell, Detectable, write_report
 
 MINIATURE = "miniature"
@@ -46,6 +46,8 @@ class RowPlan:
     slug: str
     overrides: list[str]
     datasets: dict[str, list[str]] = field(default_factory=dict)  # dataset key -> the columns it fills
+    # column -> its dataset key, for a column with its own overrides (manifest.column_overrides): run on its own
+    alone: dict[str, str] = field(default_factory=dict)
     pending: dict[str, str] = field(default_factory=dict)  # column -> why it is not run (no loader for its data)
     # the row's own overrides composed last: at miniature scale the preset hides them, but a row naming an
     # option that does not exist is wrong at every scale and must fail validation
@@ -108,6 +110,8 @@ def plan_rows(manifest: TableManifest, preset: str, extra: list[str] | None = No
             status, why = dataset_status(task, key)
             if status == "pending":
                 plan.pending[col] = f"missing: dataset {key}: {why}"
+            elif col in manifest.column_overrides:
+                plan.alone[col] = key
             else:  # known, or unknown: validate() stops the table on it, naming the row and column
                 plan.datasets.setdefault(key, []).append(col)
         plans.append(plan)
@@ -123,12 +127,21 @@ def dataset_override(task: str, key: str) -> str:
     return f"{dataset_key(task)}={key}"
 
 
+def sweeps(plan: RowPlan, manifest: TableManifest) -> list[tuple[str, dict[str, list[str]], list[str]]]:
+    """The row's ``omnimed-evaluate -m`` runs: (the folder under the row's, dataset key -> its columns, extra
+    overrides). The columns without overrides of their own share one sweep over their datasets (folder ""); each
+    column with ``column_overrides`` is its own run, in a folder named after it."""
+    out = [("", plan.datasets, [])] if plan.datasets else []
+    out += [(slug(col), {key: [col]}, manifest.column_overrides[col]) for col, key in plan.alone.items()]
+    return out
+
+
 def check_datasets(plans: list[RowPlan], manifest: TableManifest) -> None:
     """Every dataset key a runnable row would run must be known to its task: an unknown one (a typo, a benchmark
     nobody registered) stops the table here, naming the row, the column and the keys that exist."""
     for plan in plans:
         task = manifest.task_of(plan.row)
-        for key, columns in plan.datasets.items():
+        for key, columns in [*plan.datasets.items(), *((k, [c]) for c, k in plan.alone.items())]:
             if dataset_status(task, key)[0] == "unknown":
                 listed = ", ".join([*known_datasets(task), AVERAGE])
                 raise ManifestError(f"{manifest.group}: row {plan.row.name!r}, column {columns[0]!r}: unknown dataset "
@@ -137,20 +150,22 @@ def check_datasets(plans: list[RowPlan], manifest: TableManifest) -> None:
 
 
 def run_overrides(plan: RowPlan, manifest: TableManifest, runs_dir: Path, launcher: str, datasets: str,
-                  ordered: list[str] | None = None) -> list[str]:
+                  ordered: list[str] | None = None, folder: str = "", column: list[str] | None = None) -> list[str]:
     """The overrides of the row's ``omnimed-evaluate -m`` run over ``datasets`` (comma-separated keys): the
-    row's own, the launcher (once), where its runs go and their W&B group. ``ordered`` replaces the row's own
-    (validation composes the row's overrides last too)."""
+    row's own, a column's own (``column``, run in ``folder`` under the row's), the launcher (once), where its runs
+    go and their W&B group. ``ordered`` replaces the row's own (validation composes the row's overrides last
+    too)."""
     sweep_key = dataset_key(manifest.task_of(plan.row))
     return [
         *(plan.overrides if ordered is None else ordered),
+        *(column or []),
         f"{sweep_key}={datasets}",
         f"{LAUNCHER_GROUP}{launcher}",
-        f"hydra.sweep.dir={runs_dir / plan.slug}",
+        f"hydra.sweep.dir={runs_dir / plan.slug / folder}",
         f"hydra.sweep.subdir=${{{sweep_key}}}",
         f"logger.group={manifest.group}",
         f"experiment={manifest.group}",
-        f"run_name={plan.slug}-${{{sweep_key}}}",
+        f"run_name={plan.slug}{'-' + folder if folder else ''}-${{{sweep_key}}}",
     ]
 
 
@@ -173,10 +188,12 @@ def validate(plans: list[RowPlan], manifest: TableManifest, *, launcher: str = D
         for plan in plans:
             # a row whose every column waits for a loader runs nothing, but its overrides must still compose; the
             # dataset key is one string value (checked above), so one key per row shows whether the row composes
-            for key in list(plan.datasets)[:1] or [None]:
+            runs = [(folder, key, extra) for folder, datasets, extra in sweeps(plan, manifest)
+                    for key in list(datasets)[:1]] or [("", None, [])]
+            for folder, key, extra in runs:
                 for ordered in (plan.overrides, plan.row_last):
-                    overrides = (run_overrides(plan, manifest, runs_dir, launcher, key, ordered) if key
-                                 else [*ordered, f"{LAUNCHER_GROUP}{launcher}"])
+                    overrides = (run_overrides(plan, manifest, runs_dir, launcher, key, ordered, folder, extra)
+                                 if key else [*ordered, f"{LAUNCHER_GROUP}{launcher}"])
                     try:
                         compose("evaluate", overrides=overrides, return_hydra_config=True)
                     except Exception as exc:  # Hydra raises several kinds; all mean the row is wrong
@@ -185,11 +202,15 @@ def validate(plans: list[RowPlan], manifest: TableManifest, *, launcher: str = D
                         ) from exc
 
 
-def run_row(plan: RowPlan, manifest: TableManifest, runs_dir: Path, launcher: str) -> subprocess.CompletedProcess:
-    """One Hydra multirun over the row's datasets; each run writes ``<runs_dir>/<row>/<dataset>/metrics.json``."""
+def run_row(plan: RowPlan, manifest: TableManifest, runs_dir: Path, launcher: str, folder: str = "",
+            datasets: dict[str, list[str]] | None = None,
+            column: list[str] | None = None) -> subprocess.CompletedProcess:
+    """One Hydra multirun over the row's datasets (or ``datasets``, with a column's own overrides, in
+    ``folder``); each run writes ``<runs_dir>/<row>[/<folder>]/<dataset>/metrics.json``."""
+    keys = ",".join(plan.datasets if datasets is None else datasets)
     cmd = [str(Path(sys.executable).parent / "omnimed-evaluate"), "-m",
-           *run_overrides(plan, manifest, runs_dir, launcher, ",".join(plan.datasets))]
-    return subprocess.run(cmd, text=True, capture_output=True)
+           *run_overrides(plan, manifest, runs_dir, launcher, keys, folder=folder, column=column)]
+    return subprocess.run(cmd, check=False, text=True, capture_output=True)
 
 
 def artifact_root(extra: list[str] | None) -> Path:
@@ -330,25 +351,28 @@ def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_d
             cells[row.name] = {c: Cell(status=row_cell_status(row)) for c in manifest.columns}
     for i, plan in enumerate(plans, start=1):
         waiting = sorted({why for why in plan.pending.values()})
-        log(f"[{i}/{len(plans)}] {plan.row.name}: {', '.join(plan.datasets) or 'nothing to run'}"
+        shown = [*plan.datasets, *(f"{key} ({col}: {' '.join(manifest.column_overrides[col])})"
+                                   for col, key in plan.alone.items())]
+        log(f"[{i}/{len(plans)}] {plan.row.name}: {', '.join(shown) or 'nothing to run'}"
             + (f" (not run: {'; '.join(w.removeprefix('missing: ') for w in waiting)})" if waiting else ""))
         cells[plan.row.name] = {col: Cell(status=why) for col, why in plan.pending.items()}
-        if dry_run or not plan.datasets:
+        if dry_run or not (plan.datasets or plan.alone):
             if not dry_run:
                 _fill_averages(manifest, preset, cells[plan.row.name])
             continue
-        res = run_row(plan, manifest, runs_dir, launcher)
-        reason = ""
-        if res.returncode != 0:
-            errors = [line for line in (res.stderr or "").splitlines() if "Error" in line or "error:" in line]
-            reason = errors[-1].strip() if errors else f"exit {res.returncode}"
-            log(f"  failed: {reason}")
-        for key, columns in plan.datasets.items():
-            for col in columns:
-                cell = read_cell(runs_dir / plan.slug / key, manifest, col)
-                if cell.status == "failed" and reason:
-                    cell.status = f"failed: {reason[:160]}"
-                cells[plan.row.name][col] = cell
+        for folder, datasets, extra in sweeps(plan, manifest):
+            res = run_row(plan, manifest, runs_dir, launcher, folder, datasets, extra)
+            reason = ""
+            if res.returncode != 0:
+                errors = [line for line in (res.stderr or "").splitlines() if "Error" in line or "error:" in line]
+                reason = errors[-1].strip() if errors else f"exit {res.returncode}"
+                log(f"  failed{' (' + folder + ')' if folder else ''}: {reason}")
+            for key, columns in datasets.items():
+                for col in columns:
+                    cell = read_cell(runs_dir / plan.slug / folder / key, manifest, col)
+                    if cell.status == "failed" and reason:
+                        cell.status = f"failed: {reason[:160]}"
+                    cells[plan.row.name][col] = cell
         _fill_averages(manifest, preset, cells[plan.row.name])
     return cells
 
@@ -385,7 +409,7 @@ def reproduce(
         if dry_run:
             for step in seeded.prepare.get(preset, []):
                 log(f"prepare {step.name}: {' '.join(step.command)} -> {step.creates}")
-        elif any(plan.datasets for plan in plans):
+        elif any(plan.datasets or plan.alone for plan in plans):
             run_prepare(seeded, preset, runs_dir, extra, log)
         per_seed[seed] = _run_rows(seeded, plans, preset, runs_dir, launcher, dry_run, log)
     main = DEFAULT_TRAINING_SEED if DEFAULT_TRAINING_SEED in per_seed else seeds[0]

@@ -10,7 +10,13 @@ prompts (registered as oracle backend tasks, so the stages and the pipeline run 
 - ``omnirag_judge`` {question_id, passage_ids}: ``<answer>yes</answer>`` when the documents state a fact the gold
   answer rests on (:meth:`~omnimed.data.world.oracle.Oracle.supports_in_part`), else ``no``.
 - ``omnirag_plan`` {question_id}: the oracle planner (an upper bound and a test fixture): only the well-aimed
-  queries, in the sources that hold the gold facts, at most 3 each.
+  queries, in the sources that hold the gold facts, at most 3 each (also as Reflexion's and SeRTS's reviser: it
+  ignores the feedback).
+- ``omnirag_feedback`` {question_id, passage_ids}: Reflexion's and SeRTS's review (Prompt E.9): score 5 when the
+  documents state a gold fact, else 1, with a suggestion.
+- ``query2doc`` {question_id, source}: Query2Doc's pseudo-document (E.6): the text of the source's passage that
+  states a gold fact, else the question's stem.
+- ``graph_terms`` {question_id}: the question's terms (E.5): the gold facts' topics by their canonical names.
 """
 
 from __future__ import annotations
@@ -115,4 +121,34 @@ def _judge(b: OracleBackend, m: dict[str, Any]) -> Reply:
 def _plan(b: OracleBackend, m: dict[str, Any]) -> Reply:
     queries = {s: aimed_queries(b, m["question_id"], s)[:MAX_QUERIES_PER_SOURCE] for s in SOURCE_KINDS}
     text = format_queries(queries, all_sources=True)
+    return Reply(text, text)
+
+
+@register_task("omnirag_feedback", ("question_id", "passage_ids"))
+def _feedback(b: OracleBackend, m: dict[str, Any]) -> Reply:
+    if b.oracle.supports_in_part(b.question(m["question_id"]), m["passage_ids"]):
+        score, advice = 5, "The documents state what the answer rests on; keep these queries."
+    else:
+        score, advice = 1, "None of the documents states the needed fact: name the subject as the sources do."
+    text = f"<suggestion>{advice}</suggestion>\n<score>{score}</score>"
+    return Reply(text, str(score))
+
+
+def _gold_passages(b: OracleBackend, question_id: str) -> list[Any]:
+    return b.oracle.passages_stating(b.oracle.facts_of(b.question(question_id))["facts"])
+
+
+@register_task("query2doc", ("question_id", "source"))
+def _pseudo_document(b: OracleBackend, m: dict[str, Any]) -> Reply:
+    stating = [p.text for p in _gold_passages(b, m["question_id"]) if p.source == m["source"]]
+    text = f"<passage>{stating[0] if stating else b.question(m['question_id']).question}</passage>"
+    return Reply(text, text)
+
+
+@register_task("graph_terms", ("question_id",))
+def _graph_terms(b: OracleBackend, m: dict[str, Any]) -> Reply:
+    topics = [t for p in _gold_passages(b, m["question_id"]) for t in p.metadata.get("about", [])[:1]]
+    names = [b.oracle.entity_names(t)[:1] for t in dict.fromkeys(topics)]
+    terms = list(dict.fromkeys(n[0].replace(",", " ") for n in names if n))[:3]
+    text = f"<term>{' , '.join(terms)}</term>"
     return Reply(text, text)

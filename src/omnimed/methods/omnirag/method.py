@@ -4,10 +4,10 @@
 The reader is the run's backend and model; the planner is served by the same kind of backend with its own model:
 ``planner=frozen`` the untrained ``planner_model`` (the run's model when null), or a trained planner's export
 named in ``checkpoints`` (``sft``, ``spo`` = SFT then DPO, ``dpo`` = DPO only, ``sft_neg`` = SFT on negative
-plans, ``spo_ood`` = trained without one source). On the oracle backend the planner is the world's oracle planner
-(:mod:`.expert`). Plan text is parsed as far as it is valid; what was dropped is counted per question
-(``plan_problems``), never a crash. Besides accuracy the method reports its plans' statistics (tables 12 and 13,
-figure 7) and how often the plan's documents hold the gold passages.
+plans, ``spo_ood`` = trained without the one source it is tested with: ``{source}`` in its path). On the oracle
+backend the planner is the world's oracle planner (:mod:`.expert`). Plan text is parsed as far as it is valid;
+what was dropped is counted per question (``plan_problems``), never a crash. Besides accuracy the method reports
+its plans' statistics (tables 12 and 13, figure 7) and how often the plan's documents hold the gold passages.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from omnimed.data.records import SOURCE_KINDS, Passage
+from omnimed.data.records import SOURCE_KINDS, Passage, Plan
 from omnimed.generation.types import Request, SamplingParams
-from omnimed.knowledge.plan import format_plan, parse_plan
+from omnimed.knowledge.plan import PlanParse, format_plan, parse_plan
 from omnimed.methods.answer import Answer
 from omnimed.methods.omnirag import expert as _expert  # noqa: F401 (registers the oracle's Omni-RAG tasks)
 from omnimed.methods.omnirag import prompts, statistics
@@ -55,7 +55,7 @@ class OmniRAGConfig:
     checkpoints: dict[str, str] = field(default_factory=lambda: {
         "sft": _miniature("planner_sft", "planner-sft"), "spo": _miniature("planner_dpo", "planner-spo"),
         "dpo": _miniature("planner_dpo", "planner-dpo"), "sft_neg": _miniature("planner_sft", "planner-sft-neg"),
-        "spo_ood": _miniature("planner_dpo", "planner-spo-ood")})
+        "spo_ood": _miniature("planner_dpo", "planner-spo-ood-{source}")})
     sources: Optional[list[str]] = None
     drop_sources: list[str] = field(default_factory=list)
     per_query_k: int = 3
@@ -79,6 +79,17 @@ def _judge(cfg: JudgeConfig, ctx: Any) -> Any:
 
 def _pairs(cfg: PairsConfig, ctx: Any) -> Any:
     return build_pairs(cfg, knowledge=ctx.knowledge, root=str(ctx.root), log=ctx.log)
+
+
+@dataclass
+class Planned:
+    """A question's plan as a planning method made it: the parse of the planner's text (or a plan the method built
+    itself, with no problems), the failed call's error (the plan is then empty), and the method's own extras (a
+    loop's scores, ...), stored with the question's prediction."""
+
+    parse: PlanParse
+    error: Optional[str] = None
+    extras: dict[str, Any] = field(default_factory=dict)
 
 
 def interleave(per_query: Sequence[Sequence[Any]], top_k: int) -> list[Any]:
@@ -131,6 +142,11 @@ class OmniRAG(Method):
                 raise ValueError(f"pipeline.planner={cfg.planner}: no export in pipeline.checkpoints "
                                  f"(has {', '.join(cfg.checkpoints)})")
             path = cfg.checkpoints[cfg.planner]
+            if "{source}" in path:  # one planner per held-out source (table 8's OOD planner)
+                if not cfg.sources or len(cfg.sources) != 1:
+                    raise ValueError(f"pipeline.checkpoints.{cfg.planner}={path}: {{source}} is the one source "
+                                     f"available at test time; set pipeline.sources=[<source>] (got {cfg.sources})")
+                path = path.replace("{source}", cfg.sources[0])
         elif cfg.planner == "frozen":
             path = cfg.planner_model
         else:
@@ -143,37 +159,52 @@ class OmniRAG(Method):
         if backend_cfg.name != "oracle":
             backend_cfg = dataclasses.replace(backend_cfg, model=path)
         return run_backend(backend_cfg, model=model, knowledge=kb.cfg,
-                           cache_root=backend_cfg.cache_dir or default_cache_root())
+                           cache_root=backend_cfg.cache_dir or self.cache_root or default_cache_root())
 
-    def plan(self, questions: Sequence[Any], planner: Any, sources: Sequence[str], seed: int) -> list[Any]:
-        """Each question's plan text from the planner (greedy), or the call's error."""
+    def plan(self, questions: Sequence[Any], planner: Any, sources: Sequence[str], kb: Any,
+             seed: int) -> list[Planned]:
+        """Each question's plan: the planner's greedy reply (Prompt E.7), parsed as far as it is valid. Baselines
+        that plan otherwise (Query2Doc, Reflexion, SeRTS) override this and keep the rest."""
         params = SamplingParams(max_new_tokens=self.cfg.planner_max_new_tokens, temperature=0.0, seed=seed)
         requests = [Request(prompts.planning_messages(q, sources), {"task": "omnirag_plan", "question_id": q.id})
                     for q in questions]
-        return [gens[0] for gens in planner.generate(requests, params)]
+        return [Planned(parse_plan(gens[0].text if gens[0].error is None else "", question_id=q.id), gens[0].error)
+                for q, gens in zip(questions, planner.generate(requests, params))]
+
+    def search(self, kb: Any, plan: Plan) -> tuple[list[tuple[str, str, list[Any]]], list[str]]:
+        """Every query of ``plan`` searched in its source (``per_query_k`` each; ``drop_sources`` left out):
+        (source, query, hits) per query, and the search's problems (a source the knowledge base lacks, queries
+        for a source ``sources`` does not make available: not searched)."""
+        problems: list[str] = []
+        if self.cfg.sources:
+            barred = [s for s in plan.sources_used() if s not in self.cfg.sources]
+            problems += [f"queries for {s} not searched: pipeline.sources={list(self.cfg.sources)}" for s in barred]
+            plan = plan.model_copy(update={"queries": {s: qs for s, qs in plan.queries.items() if s not in barred}})
+        found = kb.search_plan(plan, self.cfg.per_query_k, method=self.cfg.retriever)
+        per_query = [(source, query, hits) for source, lists in found.hits.items()
+                     if source not in self.cfg.drop_sources for query, hits in zip(plan.queries[source], lists)]
+        return per_query, problems + found.problems
 
     def answer(self, questions: Sequence[Any], backend: Any, kb: Any, *, seed: int) -> list[Answer]:
         from omnimed.methods.baselines.closed_book import ClosedBook, PipelineConfig
 
         cfg = self.cfg
         sources = [s for s in (cfg.sources or kb.sources) if s in SOURCE_KINDS]
-        plans = self.plan(questions, self.serve_planner(kb), sources, seed)
+        plans = self.plan(questions, self.serve_planner(kb), sources, kb, seed)
         evidence: list[list[Passage]] = []
         extras: list[dict[str, Any]] = []
-        for q, gen in zip(questions, plans):
-            parsed = parse_plan(gen.text if gen.error is None else "", question_id=q.id)
-            found = kb.search_plan(parsed.plan, cfg.per_query_k, method=cfg.retriever)
-            per_query = [hits for source, lists in found.hits.items() if source not in cfg.drop_sources
-                         for hits in lists]
-            retrieved = {h.doc_id for hits in per_query for h in hits}
+        for q, planned in zip(questions, plans):
+            per_query, problems = self.search(kb, planned.parse.plan)
+            retrieved = {h.doc_id for _, _, hits in per_query for h in hits}
             gold = set(q.gold_passages)
-            shown = interleave(per_query, cfg.top_k)
+            shown = interleave([hits for _, _, hits in per_query], cfg.top_k)
             evidence.append([h.passage for h in shown])
-            extras.append({"plan": format_plan(parsed.plan), "plan_queries": dict(parsed.plan.queries),
-                           "plan_problems": parsed.problems + found.problems,
-                           "planner_error": gen.error, "retrieved": sorted(retrieved),
+            extras.append({"plan": format_plan(planned.parse.plan), "plan_queries": dict(planned.parse.plan.queries),
+                           "plan_problems": planned.parse.problems + problems,
+                           "planner_error": planned.error, "retrieved": sorted(retrieved),
                            "gold_recall": len(gold & retrieved) / len(gold) if gold else None,
-                           "gold_shown": len(gold & {h.doc_id for h in shown}) / len(gold) if gold else None})
+                           "gold_shown": len(gold & {h.doc_id for h in shown}) / len(gold) if gold else None,
+                           **planned.extras})
         reader = ClosedBook(PipelineConfig(max_new_tokens=cfg.max_new_tokens,
                                            temperature=cfg.temperature, answer_mode=cfg.answer_mode))
         answers = reader.answer(questions, backend, None, seed=seed, evidence=evidence)

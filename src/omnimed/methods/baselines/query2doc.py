@@ -60,7 +60,7 @@ class OriginalQuestion(OmniRAG):
                     continue
                 messages = (prompts.graph_terms_messages(q) if source == "graph"
                             else prompts.pseudo_document_messages(q, source))
-                meta = {"task": "graph_terms" if source == "graph" else "query2doc", "question_id": q.id,
+                meta = {"task": "graph_terms" if source == "graph" else "pseudo_document", "question_id": q.id,
                         "source": source}
                 asks.append((i, source))
                 requests.append(Request(messages, meta))

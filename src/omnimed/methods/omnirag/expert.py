@@ -14,7 +14,7 @@ prompts (registered as oracle backend tasks, so the stages and the pipeline run 
   ignores the feedback).
 - ``omnirag_feedback`` {question_id, passage_ids}: Reflexion's and SeRTS's review (Prompt E.9): score 5 when the
   documents state a gold fact, else 1, with a suggestion.
-- ``query2doc`` {question_id, source}: Query2Doc's pseudo-document (E.6): the text of the source's passage that
+- ``pseudo_document`` {question_id, source}: Query2Doc's pseudo-document (E.6): the text of the source's passage that
   states a gold fact, else the question's stem.
 - ``graph_terms`` {question_id}: the question's terms (E.5): the gold facts' topics by their canonical names.
 """
@@ -138,7 +138,7 @@ def _gold_passages(b: OracleBackend, question_id: str) -> list[Any]:
     return b.oracle.passages_stating(b.oracle.facts_of(b.question(question_id))["facts"])
 
 
-@register_task("query2doc", ("question_id", "source"))
+@register_task("pseudo_document", ("question_id", "source"))
 def _pseudo_document(b: OracleBackend, m: dict[str, Any]) -> Reply:
     stating = [p.text for p in _gold_passages(b, m["question_id"]) if p.source == m["source"]]
     text = f"<passage>{stating[0] if stating else b.question(m['question_id']).question}</passage>"

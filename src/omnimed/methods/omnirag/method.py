@@ -161,15 +161,20 @@ class OmniRAG(Method):
         return run_backend(backend_cfg, model=model, knowledge=kb.cfg,
                            cache_root=backend_cfg.cache_dir or self.cache_root or default_cache_root())
 
-    def plan(self, questions: Sequence[Any], planner: Any, sources: Sequence[str], kb: Any,
-             seed: int) -> list[Planned]:
-        """Each question's plan: the planner's greedy reply (Prompt E.7), parsed as far as it is valid. Baselines
-        that plan otherwise (Query2Doc, Reflexion, SeRTS) override this and keep the rest."""
+    def write_plans(self, questions: Sequence[Any], planner: Any, sources: Sequence[str], seed: int) -> list[Any]:
+        """Each question's plan text from the planner (greedy, Prompt E.7), or the call's error: what
+        ``omnimed-bench plan`` times."""
         params = SamplingParams(max_new_tokens=self.cfg.planner_max_new_tokens, temperature=0.0, seed=seed)
         requests = [Request(prompts.planning_messages(q, sources), {"task": "omnirag_plan", "question_id": q.id})
                     for q in questions]
-        return [Planned(parse_plan(gens[0].text if gens[0].error is None else "", question_id=q.id), gens[0].error)
-                for q, gens in zip(questions, planner.generate(requests, params))]
+        return [gens[0] for gens in planner.generate(requests, params)]
+
+    def plan(self, questions: Sequence[Any], planner: Any, sources: Sequence[str], kb: Any,
+             seed: int) -> list[Planned]:
+        """Each question's plan: the planner's reply (:meth:`write_plans`), parsed as far as it is valid. Baselines
+        that plan otherwise (Query2Doc, Reflexion, SeRTS) override this and keep the rest."""
+        return [Planned(parse_plan(g.text if g.error is None else "", question_id=q.id), g.error)
+                for q, g in zip(questions, self.write_plans(questions, planner, sources, seed))]
 
     def search(self, kb: Any, plan: Plan) -> tuple[list[tuple[str, str, list[Any]]], list[str]]:
         """Every query of ``plan`` searched in its source (``per_query_k`` each; ``drop_sources`` left out):

@@ -25,7 +25,7 @@ def test_built_in_methods_and_stages_are_registered_by_their_packages():
 
 
 def test_unknown_names_fail_listing_what_is_registered():
-    with pytest.raises(KeyError, match=r"pipeline='nope'.*closed_book, omnirag, rag"):
+    with pytest.raises(KeyError, match=r"pipeline='nope'.*closed_book, omnirag, original_question, query2doc, rag"):
         get_method("nope")
     with pytest.raises(KeyError, match=r"stage='nope'.*selfbiorag_critic_data"):
         get_stage("nope")

@@ -202,14 +202,12 @@ def validate(plans: list[RowPlan], manifest: TableManifest, *, launcher: str = D
                         ) from exc
 
 
-def run_row(plan: RowPlan, manifest: TableManifest, runs_dir: Path, launcher: str, folder: str = "",
-            datasets: dict[str, list[str]] | None = None,
-            column: list[str] | None = None) -> subprocess.CompletedProcess:
-    """One Hydra multirun over the row's datasets (or ``datasets``, with a column's own overrides, in
-    ``folder``); each run writes ``<runs_dir>/<row>[/<folder>]/<dataset>/metrics.json``."""
-    keys = ",".join(plan.datasets if datasets is None else datasets)
+def run_row(plan: RowPlan, manifest: TableManifest, runs_dir: Path, launcher: str, folder: str,
+            datasets: dict[str, list[str]], column: list[str]) -> subprocess.CompletedProcess:
+    """One Hydra multirun of the row over ``datasets`` with ``column``'s own overrides, in ``folder`` (one of
+    :func:`sweeps`); each run writes ``<runs_dir>/<row>[/<folder>]/<dataset>/metrics.json``."""
     cmd = [str(Path(sys.executable).parent / "omnimed-evaluate"), "-m",
-           *run_overrides(plan, manifest, runs_dir, launcher, keys, folder=folder, column=column)]
+           *run_overrides(plan, manifest, runs_dir, launcher, ",".join(datasets), folder=folder, column=column)]
     return subprocess.run(cmd, check=False, text=True, capture_output=True)
 
 

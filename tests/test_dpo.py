@@ -16,6 +16,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
+import yaml
 
 from omnimed.data.io import read_records, save_record_set
 from omnimed.data.records import PreferencePair, RecordError
@@ -342,6 +343,24 @@ def test_an_overfit_run_through_the_engine_raises_reward_accuracy(tmp_path):
     assert m["train/tokens"] > 0 and m["train/tokens_per_s"] > 0 and m["data/dropped_too_long"] == 0
     model, _ = load_exported(result.hf_dir)
     assert torch.isfinite(model(input_ids=torch.tensor([[1, 5, 9]])).logits).all()
+
+
+@pytest.mark.parametrize(("study", "task", "searched"), [
+    ("planner", "planner_sft", {"task.lr", "task.warmup_ratio", "model.lora.r"}),
+    ("planner_dpo", "planner_dpo", {"task.lr", "task.beta", "model.lora.r"}),
+])
+def test_the_planner_studies_search_keys_their_runs_have(study, task, searched):
+    """`-m hparams_search=planner|planner_dpo`: the planner's miniature preset plus a search space for Hydra's
+    Optuna sweeper, the trials in a W&B group of their own. Every searched key is one the run config has, so a
+    trial's value changes the run (the sweeper's trials themselves run in test_train_cli's critic study)."""
+    from omegaconf import OmegaConf
+
+    cfg = _compose(f"hparams_search={study}")
+    assert cfg.logger.group == f"optuna-{study}" and cfg.task.name == task and cfg.run_name is None
+    space = yaml.safe_load((REPO / "conf" / "hparams_search" / f"{study}.yaml").read_text())["hydra"]["sweeper"]
+    assert set(space["params"]) == searched and space["study_name"] == study
+    for key in searched:
+        assert OmegaConf.select(cfg, key) is not None, key
 
 
 def test_beta_must_be_positive():

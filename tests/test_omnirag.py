@@ -208,6 +208,24 @@ def test_a_malformed_plan_is_counted_and_answered_never_a_crash(world_tiny, kb_t
     assert metrics["plan/malformed"] == pytest.approx(2 / 3)
 
 
+def test_gold_recall_is_also_given_by_how_the_question_names_its_subject():
+    """A world question names its subject by its passages' name or by an alias only the graph links to it; the
+    plan metrics split gold recall that way, since a planner can copy a name but cannot know an unseen alias."""
+    from omnimed.methods.answer import Answer
+    from omnimed.methods.omnirag.method import OmniRAG, OmniRAGConfig
+
+    def answer(named_by, recall):
+        return Answer("q", "A", True, extras={"plan_queries": {"guideline": ["x"]}, "plan_problems": [],
+                                              "gold_recall": recall, "gold_shown": recall, "named_by": named_by})
+
+    m = OmniRAG(OmniRAGConfig()).metrics([answer("alias", 0.0), answer("alias", 0.5), answer("name", 1.0),
+                                          answer(None, 1.0)])
+    assert m["plan/gold_recall"] == pytest.approx(2.5 / 4)
+    assert m["plan/gold_recall/named_by_alias"] == pytest.approx(0.25)
+    assert m["plan/gold_shown/named_by_name"] == 1.0
+    assert not any("named_by_None" in k for k in m)
+
+
 def test_the_baselines_signals_judge_the_same_documents_and_are_scored_against_the_oracle(built, tmp_path, kb_tiny):
     """The oracle judge agrees with itself; Trainable Planning's signal, with a reader that knows every answer
     anyway (the oracle), finds no query that helps: the paper's 'intrinsic knowledge overshadows retrieval'."""

@@ -209,7 +209,7 @@ class OmniRAG(Method):
                            "planner_error": planned.error, "retrieved": sorted(retrieved),
                            "gold_recall": len(gold & retrieved) / len(gold) if gold else None,
                            "gold_shown": len(gold & {h.doc_id for h in shown}) / len(gold) if gold else None,
-                           **planned.extras})
+                           "named_by": q.metadata.get("named_by"), **planned.extras})
         reader = ClosedBook(PipelineConfig(max_new_tokens=cfg.max_new_tokens,
                                            temperature=cfg.temperature, answer_mode=cfg.answer_mode))
         answers = reader.answer(questions, backend, None, seed=seed, evidence=evidence)
@@ -225,8 +225,15 @@ class OmniRAG(Method):
             **statistics.words_and_counts(plans),
             **{f"query_diversity/{s}": v for s, v in statistics.diversity_by_source(plans).items()},
         }
+        # the world's questions say how they name their subject (its passages' name, an alias only the graph's
+        # names entry links, a description): a planner can copy a name, not know an alias of an unseen subject
+        groups = sorted({a.extras.get("named_by") for a in answers} - {None})
         for key in ("gold_recall", "gold_shown"):
             values = [a.extras[key] for a in answers if a.extras[key] is not None]
             if values:
                 out[f"plan/{key}"] = sum(values) / len(values)
+            for group in groups:
+                mine = [a.extras[key] for a in answers if a.extras[key] is not None and a.extras.get("named_by") == group]
+                if mine:
+                    out[f"plan/{key}/named_by_{group}"] = sum(mine) / len(mine)
         return out

@@ -108,6 +108,24 @@ def evaluated(tmp_path_factory):
     return tmp, res, metrics, rows
 
 
+def test_the_report_keeps_every_header_whole_at_80_columns():
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from omnimed.evaluation.retrieval import SHOWN, RetrievalResult, report
+
+    row = {"queries": 500, **dict.fromkeys(METRICS, 0.123)}
+    result = RetrievalResult({m: row for m in ("bm25", "dense", "hybrid+rerank")}, "out", None)
+    console = Console(width=80, record=True)
+    report(result, SimpleNamespace(knowledge=SimpleNamespace(name="world_table"),
+                                   task=SimpleNamespace(queries="world_treatment")), console)
+    text = console.export_text()
+    assert all(len(line) <= 80 for line in text.splitlines())
+    header = next(line for line in text.splitlines() if "method" in line)
+    assert header.split() == ["method", *SHOWN] and "…" not in text
+
+
 def test_building_and_searching_the_indexes_prints_no_library_chatter(evaluated):
     """The evaluation builds BM25, FAISS and the graph and searches them without bm25s's DEBUG lines or FAISS's
     loader narrating the instruction sets it could not load."""

@@ -374,6 +374,33 @@ def test_compare_lists_a_run_once_and_filters_local_runs_by_group_and_tags(tmp_p
     assert (out / "compare.csv").read_text().splitlines() == ["run,accuracy,n", "closed/world_mcq,0.7,29.0"]
 
 
+def test_seeds_average_the_curves_with_a_band_and_the_plots_follow_the_sort(tmp_path, monkeypatch):
+    """--seeds: the seeds' mean curve over the steps all of them logged, with its 95% band drawn; a seed at the
+    start of a name (s0_lr3e-3) leaves the label too; the plot lists runs in the --sort order, as the table does."""
+    import matplotlib.pyplot as plt
+
+    from omnimed.tables.compare import RunRecord, over_seeds, plot, plot_curves, sort_runs
+
+    runs = [RunRecord("s0_lr3e-3", "a", metrics={"val/loss": 2.0}, history={"train/loss": [(1, 3.0), (2, 2.0)]}),
+            RunRecord("s1_lr3e-3", "b", metrics={"val/loss": 4.0},
+                      history={"train/loss": [(1, 5.0), (2, 4.0), (3, 1.0)]}),
+            RunRecord("s0_lr1e-3", "c", metrics={"val/loss": 1.0}, history={"train/loss": [(1, 1.0)]})]
+    pair, single = over_seeds(runs)
+    assert pair.name == "lr3e-3 (2 seeds)" and pair.metrics["val/loss"] == 3.0
+    assert pair.metrics["val/loss/ci95"] == pytest.approx(12.7062, rel=1e-4)  # t(0.975, 1) x sd / sqrt(2), sd = sqrt(2)
+    assert pair.history["train/loss"] == [(1, 4.0), (2, 3.0)]  # step 3: one seed only
+    assert [ci for _, ci in pair.history["train/loss/ci95"]] == pytest.approx([12.7062, 12.7062], rel=1e-4)
+    assert single.name == "s0_lr1e-3" and single.metrics == {"val/loss": 1.0, "seeds": 1.0}
+    ordered = sort_runs([pair, single], "val/loss")
+    assert [r.name for r in ordered] == ["s0_lr1e-3", "lr3e-3 (2 seeds)"]
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    plot(ordered, ["val/loss"], tmp_path / "p.png")
+    assert [t.get_text() for t in figures[0].axes[0].get_yticklabels()] == ["s0_lr1e-3", "lr3e-3 (2 seeds)"]
+    assert plot_curves(ordered, ["train/loss"], tmp_path / "c.png")
+    assert len(figures[1].axes[0].collections) == 1  # one band: the seeds' mean has one, a single run none
+
+
 def test_compare_prints_many_metrics_of_few_runs_one_per_line():
     from omnimed.cli.compare import console_table
 
@@ -485,6 +512,12 @@ def test_the_plot_labels_each_panel_by_its_own_metric_and_keeps_the_legend_off_t
     assert labels["CARE/NDCG@3"].startswith("ndcg@3") and labels["CARE/HIT@3"].startswith("hit@3")
     assert fig.legends and not any(ax.get_legend() for ax in fig.axes)
     assert "stand-ins" in fig._suptitle.get_text() and (tmp_path / "t.png").is_file()
+    # the markdown's metric line names the columns whose metric is not the table's
+    from omnimed.tables.report import metric_line
+
+    line = metric_line(m)
+    assert line.startswith("hit@3 (x100); columns with their own: CARE/NDCG@3: ndcg@3 (x100)")
+    assert "CARE/HIT@3" not in line
 
 
 def test_a_column_with_overrides_of_its_own_runs_apart_with_them(tmp_path):

@@ -299,10 +299,13 @@ def test_a_run_that_crashes_in_fit_still_has_its_config_and_versions(tmp_path):
 def test_a_short_run_trains_the_steps_it_is_given_and_validates(tmp_path):
     """`trainer.max_steps=10` on world_tiny (an epoch of a few batches) trains 10 steps, not one epoch, and a run
     shorter than the validation interval (20) still logs val/loss, at its last step."""
-    train(tmp_path, "model=tiny-llama", "data=world_tiny", "trainer.max_steps=10", "logger=csv", "run_name=short",
-          f"hydra.run.dir={tmp_path}/short", "debug=memory")
+    res = train(tmp_path, "model=tiny-llama", "data=world_tiny", "trainer.max_steps=10", "logger=csv",
+                "run_name=short", f"hydra.run.dir={tmp_path}/short", "debug=memory")
     metrics = json.loads((tmp_path / "short" / "metrics.json").read_text())
     assert metrics["train/steps"] == 10 and "val/loss" in metrics
+    # one bar for the run's 10 steps, across world_tiny's epochs (not a 6/6 bar, then a 4/4 one)
+    bars = re.findall(r"Epoch \d+: +\d+%\|[^|]*\| (\d+)/(\d+)", res.stdout + res.stderr)
+    assert bars and {total for _, total in bars} == {"10"} and bars[-1][0] == "10", bars
     # debug=memory: the run's resident memory by phase, its peak in metrics.json too
     memory = json.loads((tmp_path / "short" / "memory.json").read_text())
     assert {"model load", "forward", "backward", "optimizer step", "validation", "export"} <= set(memory["phases"])
@@ -316,15 +319,18 @@ def test_a_short_run_trains_the_steps_it_is_given_and_validates(tmp_path):
 def test_a_tiny_run_prints_each_line_once_and_no_notice_a_user_cannot_act_on(tmp_path):
     """Lightning's INFO lines once (Hydra's stdout handler, not also Lightning's stderr one), no cloud-logger
     advertisement, no deprecation warnings from inside the libraries, no W&B 'anonymous' warning, and the summary's
-    paths in full (folded, not cut at 80 columns)."""
-    res = train(tmp_path, "model=tiny-llama", "data=world_tiny", "trainer.max_steps=3", "run_name=quiet")
+    paths in full (folded, not cut at 80 columns). With added tokens (as the critic's), no notice of the choices
+    omnimed makes on purpose (mean resizing, saving the embedding layers), nor DeepSpeed's 'no GPU' at export."""
+    res = train(tmp_path, "model=tiny-llama", "data=world_tiny", "trainer.max_steps=3", "run_name=quiet",
+                'model.special_tokens=["[Retrieval]","[No Retrieval]"]')
     text = res.stdout + res.stderr
     lines = [re.sub(r"^\[[^]]*\]\[[^]]*\]\[\w+\] - ", "", line).removeprefix("INFO: ").strip()
              for line in text.splitlines()]
     lines = [line for line in lines if line and "it/s" not in line and not set(line) <= set("─┌┐└┘┬┴│ ")]
     assert [line for line in lines if lines.count(line) > 1] == []
     assert "GPU available" in text
-    for noise in ("litlogger", "anonymous", "FutureWarning", "deprecated"):
+    for noise in ("litlogger", "anonymous", "FutureWarning", "deprecated", "Setting accelerator to CPU",
+                  "multivariate normal", "save_embedding_layers"):
         assert noise not in text, noise
     folded = "".join(res.stderr.split()).replace("│", "")  # the table without its borders and line breaks
     assert str(tmp_path / "checkpoints" / "sft" / "quiet" / "lightning" / "last.ckpt") in folded
@@ -502,6 +508,15 @@ def test_sweep_folder_names_are_one_safe_level_of_bounded_length():
     assert dir_safe("model=tiny-llama,paths.root=/tmp/x/y") == "model=tiny-llama,paths.root=_tmp_x_y"
     a, b = dir_safe("k=" + "a" * 300 + "1"), dir_safe("k=" + "a" * 300 + "2")
     assert len(a) == len(b) == SUBDIR_MAX and a != b  # cut, but two jobs never share a folder
+
+
+def test_a_trials_run_name_shows_its_floats_to_four_digits():
+    """An Optuna trial's values in its run name: 4 significant digits, not Python's 17."""
+    from omnimed.training.engine import swept_values
+
+    assert swept_values(["task.lr=0.0008558894657793092", "task.warmup_ratio=0.0715189366", "model.lora.r=8",
+                         "trainer.max_steps=2", "task.lr=0.001", "paths.root=/x"]) == [
+        "lr0.0008559", "warmup-ratio0.07152", "r8", "max-steps2", "lr0.001"]
 
 
 def test_compare_draws_loss_curves_shows_swept_values_sorted_and_aggregates_seeds(tmp_path):

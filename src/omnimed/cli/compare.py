@@ -46,7 +46,16 @@ def _fmt(value: object) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from omnimed.data.artifacts import atomic_write_text
-    from omnimed.tables.compare import comparison_table, local_runs, online_runs, over_seeds, plot, plot_curves, select
+    from omnimed.tables.compare import (
+        comparison_table,
+        local_runs,
+        online_runs,
+        over_seeds,
+        plot,
+        plot_curves,
+        select,
+        sort_runs,
+    )
 
     parser = argparse.ArgumentParser(prog="omnimed-compare", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -75,9 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     if not runs:
         console.print("[red]omnimed-compare: no run matched[/red]")
         return 1
-    curve_runs = runs
     if args.seeds:
         runs = over_seeds(runs)
+    runs = sort_runs(runs, args.sort)  # the table, the CSV and both plots in one order
     metrics = args.metrics.split(",") if args.metrics else None
     if metrics and args.seeds:
         metrics = [k for m in metrics for k in (m, f"{m}/ci95") if k == m or any(k in r.metrics for r in runs)]
@@ -94,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         shown = [c for c in columns[len(params):] if not c.endswith("/ci95")]
         if shown:
             plot(runs, shown[:12], args.out / "compare.png")
-        curves = plot_curves(curve_runs, [c for c in args.curves.split(",") if c], args.out / "compare_curves.png")
+        curves = plot_curves(runs, [c for c in args.curves.split(",") if c], args.out / "compare_curves.png")
         console.print(f"wrote {args.out / 'compare.csv'}, compare.png" + (" and compare_curves.png" if curves else
                                                                           " (no run logged a curve)"))
     return 0

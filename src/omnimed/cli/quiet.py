@@ -2,8 +2,9 @@
 
 Lightning gives its loggers their own stderr handler when it is imported before logging is configured, so under
 Hydra (which logs to stdout with a timestamp) every Lightning INFO line printed twice; :func:`quiet_console` hands
-Lightning's records to the root handlers instead, drops its advertisement for a cloud logger and two deprecation
-warnings raised inside transformers and Lightning themselves, and keeps FAISS's loader and bm25s to warnings.
+Lightning's records to the root handlers instead, drops its advertisement for a cloud logger, two deprecation
+warnings raised inside transformers and Lightning themselves and the notices below, and keeps FAISS's loader and
+bm25s to warnings.
 """
 
 from __future__ import annotations
@@ -14,12 +15,22 @@ import warnings
 #: loggers that narrate their own imports or internals at INFO / DEBUG (FAISS's loader names a ModuleNotFoundError
 #: for every instruction set it probes): their warnings still show
 _CHATTY: tuple[str, ...] = ("faiss.loader", "bm25s")
-#: third-party notices that say nothing about the run: (logger name, text in the message)
-_DROPPED: tuple[tuple[str, str], ...] = (("lightning.pytorch", "litlogger"),)
-#: deprecation warnings raised inside the libraries, not by our calls: (category, message regex)
+#: third-party notices that say nothing about the run: (logger name, text in the message). DeepSpeed (imported by
+#: transformers' save_pretrained through accelerate) says it found no GPU, which Lightning's first line already
+#: said; transformers explains mean_resizing, which omnimed.models.tokens chooses on purpose for added tokens
+_DROPPED: tuple[tuple[str, str], ...] = (
+    ("lightning.pytorch", "litlogger"),
+    ("DeepSpeed", "Setting accelerator to CPU"),
+    ("transformers.modeling_utils", "multivariate normal distribution"),
+)
+#: loggers with handlers of their own (not propagating to the root's), filtered where their records are made
+_OWN_HANDLERS: tuple[str, ...] = ("DeepSpeed", "transformers.modeling_utils")
+#: warnings raised inside the libraries, not by our calls or about a choice we made: (category, message regex).
+#: PEFT saves the embedding layers of an adapter with added tokens, as it should, and says so each time
 _WARNINGS: tuple[tuple[type[Warning], str], ...] = (
     (FutureWarning, r".*is_gradient_checkpointing.*"),
     (Warning, r".*isinstance\(treespec, LeafSpec\).*"),
+    (UserWarning, r"Setting `save_embedding_layers` to `True` as .*"),
 )
 
 
@@ -42,5 +53,9 @@ def quiet_console() -> None:
     for handler in logging.getLogger().handlers:
         if not any(isinstance(f, _DropNotices) for f in handler.filters):
             handler.addFilter(drop)
+    for name in _OWN_HANDLERS:  # a logger's own filter: kept when the library configures the logger later
+        lg = logging.getLogger(name)
+        if not any(isinstance(f, _DropNotices) for f in lg.filters):
+            lg.addFilter(drop)
     for category, message in _WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=category)

@@ -246,12 +246,15 @@ SHOWN = ("queries", "hit@1", "hit@5", "hit@10", "ndcg@10", "recall@10", "mrr")
 
 def report(result: RetrievalResult, cfg: Any, console: Any) -> float | None:
     """Print one row per retrieval method and where the files are; returns the best method's NDCG@10."""
+    from rich import box
     from rich.table import Table
 
-    table = Table(title=f"omnimed-evaluate: retrieval on {cfg.knowledge.name} ({cfg.task.queries})")
+    # no vertical rules: the 8 columns fit 80 characters with every header whole (boxed, recall@10 was cut)
+    table = Table(title=f"omnimed-evaluate: retrieval on {cfg.knowledge.name} ({cfg.task.queries})",
+                  box=box.SIMPLE_HEAVY)
     table.add_column("method", no_wrap=True)
     for col in SHOWN:
-        table.add_column(col, justify="right")
+        table.add_column(col, justify="right", min_width=len(col))
     for method, row in result.metrics.items():
         table.add_row(method, *[f"{row[c]:.0f}" if c == "queries" else f"{row.get(c, float('nan')):.3f}"
                                 for c in SHOWN])

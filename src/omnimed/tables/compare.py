@@ -155,22 +155,27 @@ def select(runs: list[RunRecord], *, group: str | None, tags: list[str]) -> list
     return [r for r in runs if (group is None or r.group == group) and all(t in r.tags for t in tags)]
 
 
+def sort_runs(runs: list[RunRecord], sort: str | None) -> list[RunRecord]:
+    """``runs`` by the metric ``sort``, smallest first (``-metric``: largest first; runs without it last)."""
+    if not sort:
+        return list(runs)
+    key, descending = sort.lstrip("-"), sort.startswith("-")
+    return sorted(runs, key=lambda r: (key not in r.metrics, (-1 if descending else 1) * r.metrics.get(key, 0.0)))
+
+
 def comparison_table(runs: list[RunRecord], metrics: list[str] | None = None, params: Sequence[str] = (),
                      sort: str | None = None) -> tuple[list[str], list[list]]:
     """Columns (the chosen config ``params``, then the chosen metrics or those every run has) and one row per
-    run, sorted by ``sort`` (a metric; ``-metric`` for largest first; runs without it last)."""
+    run, sorted by ``sort`` (:func:`sort_runs`)."""
     if metrics is None:
         shared = set.intersection(*(set(r.metrics) for r in runs)) if runs else set()
         metrics = sorted(shared)
-    if sort:
-        key, descending = sort.lstrip("-"), sort.startswith("-")
-        runs = sorted(runs, key=lambda r: (key not in r.metrics,
-                                           (-1 if descending else 1) * r.metrics.get(key, 0.0)))
+    runs = sort_runs(runs, sort)
     return [*params, *metrics], [[r.name, *[r.config.get(p) for p in params], *[r.metrics.get(m) for m in metrics]]
                                  for r in runs]
 
 
-SEED = re.compile(r"_s\d+(?=_|$)")
+SEED = re.compile(r"(?:^|_)s\d+(?=_|$)")  # a run name's seed part: tiny_s0_lr1e-3, s0_lr1e-3
 #: config keys that differ between the seeds of one setting without changing it
 _NOT_SETTING = ("seed", "run_name")
 
@@ -185,29 +190,46 @@ def _setting(r: RunRecord) -> str:
     return json.dumps(kept, sort_keys=True, default=str)
 
 
-def over_seeds(runs: list[RunRecord]) -> list[RunRecord]:
-    """Runs that differ only in their seed (their configs equal but for ``seed``; without a config, names equal but
-    for ``_s<seed>``) as one record each, named after the first without its seed and config key: every metric's
-    mean over the seeds, with ``<metric>/ci95`` (the half-width of its 95% t-interval) and ``seeds`` (how many)."""
+def mean_ci95(values: Sequence[float]) -> tuple[float, float | None]:
+    """The mean of ``values`` and the half-width of its 95% t-interval (None for a single value)."""
     from scipy import stats
 
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, None
+    sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+    return mean, float(stats.t.ppf(0.975, len(values) - 1) * sd / len(values) ** 0.5)
+
+
+def over_seeds(runs: list[RunRecord]) -> list[RunRecord]:
+    """Runs that differ only in their seed (their configs equal but for ``seed``; without a config, names equal but
+    for the ``s<seed>`` part) as one record each, named after the first without its seed and config key: every
+    metric's mean over the seeds, with ``<metric>/ci95`` (the half-width of its 95% t-interval) and ``seeds`` (how
+    many); its history is the mean curve over the steps every seed logged, with a ``<metric>/ci95`` curve beside."""
     groups: dict[str, list[RunRecord]] = {}
     for r in runs:
         groups.setdefault(_setting(r), []).append(r)
     out = []
     for members in groups.values():
-        name = re.sub(r"_[0-9a-f]{8}(-\d+)?$", "", SEED.sub("", members[0].name))
+        first = members[0]
+        if len(members) == 1:
+            out.append(RunRecord(first.name, first.origin, first.group, first.tags, {**first.metrics, "seeds": 1.0},
+                                 first.history, first.config))
+            continue
+        name = re.sub(r"_[0-9a-f]{8}(-\d+)?$", "", SEED.sub("", first.name)).strip("_") or first.name
         metrics: dict[str, float] = {"seeds": float(len(members))}
         for m in set.intersection(*(set(r.metrics) for r in members)):
-            values = [r.metrics[m] for r in members]
-            mean = sum(values) / len(values)
-            metrics[m] = mean
-            if len(values) > 1:
-                sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
-                metrics[f"{m}/ci95"] = float(stats.t.ppf(0.975, len(values) - 1) * sd / len(values) ** 0.5)
-        first = members[0]
-        out.append(RunRecord(f"{name} ({len(members)} seeds)" if len(members) > 1 else first.name, first.origin,
-                             first.group, first.tags, metrics, first.history, first.config))
+            metrics[m], ci = mean_ci95([r.metrics[m] for r in members])
+            metrics[f"{m}/ci95"] = ci or 0.0
+        history: dict[str, list[tuple[float, float]]] = {}
+        for m in set.intersection(*(set(r.history) for r in members)):
+            by_step = [dict(r.history[m]) for r in members]
+            steps = sorted(set.intersection(*(set(h) for h in by_step)))
+            stats_at = [(step, *mean_ci95([h[step] for h in by_step])) for step in steps]
+            history[m] = [(step, mean) for step, mean, _ in stats_at]
+            history[f"{m}/ci95"] = [(step, ci or 0.0) for step, _, ci in stats_at]
+        out.append(RunRecord(f"{name} ({len(members)} seeds)", first.origin, first.group, first.tags, metrics,
+                             history, first.config))
     return out
 
 
@@ -237,8 +259,8 @@ def plot(runs: list[RunRecord], metrics: list[str], path: Path) -> None:
 
 
 def plot_curves(runs: list[RunRecord], metrics: list[str], path: Path) -> bool:
-    """One panel per metric with each run's logged values against the training step; False (nothing written)
-    when no run logged any of them step by step."""
+    """One panel per metric with each run's logged values against the training step (a seeds' mean with its 95%
+    band); False (nothing written) when no run logged any of them step by step."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -252,7 +274,12 @@ def plot_curves(runs: list[RunRecord], metrics: list[str], path: Path) -> bool:
         for r in runs:
             points = sorted(r.history.get(metric, ()))
             if points:
-                ax.plot(*zip(*points), marker="." if len(points) < 30 else None, label=r.name)
+                steps, values = zip(*points)
+                (line,) = ax.plot(steps, values, marker="." if len(points) < 30 else None, label=r.name)
+                band = dict(r.history.get(f"{metric}/ci95", ()))  # seeds' mean: its 95% interval as a band
+                if band and len(band) == len(steps):
+                    ax.fill_between(steps, [v - band[s] for s, v in points], [v + band[s] for s, v in points],
+                                    color=line.get_color(), alpha=0.2, linewidth=0)
         ax.set_title(metric, fontsize=9)
         ax.set_xlabel("step", fontsize=8)
     handles, labels = axes[0][0].get_legend_handles_labels()

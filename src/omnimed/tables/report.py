@@ -110,6 +110,14 @@ def spread_lines(manifest: TableManifest, spread: dict) -> list[str]:
     return lines
 
 
+def metric_line(manifest: TableManifest) -> str:
+    """The table's metric and scale, and each column whose metric or scale differs from it (PolyRAG table 1's
+    NDCG columns beside its HIT@3 ones)."""
+    own = [f"{c}: {manifest.metric_for(c)} (x{manifest.scale_for(c):g})" for c in manifest.columns
+           if (manifest.metric_for(c), manifest.scale_for(c)) != (manifest.metric, manifest.scale)]
+    return f"{manifest.metric} (x{manifest.scale:g})" + (f"; columns with their own: {', '.join(own)}" if own else "")
+
+
 def markdown(manifest: TableManifest, cells: dict[str, dict[str, Cell]], preset: str,
              detectable: Detectable | None = None, spread: dict | None = None) -> str:
     """Ours / paper / delta per column, intervals in brackets; rows we could not run say why; under the rows, the
@@ -118,7 +126,7 @@ def markdown(manifest: TableManifest, cells: dict[str, dict[str, Cell]], preset:
     lines = [
         f"# {manifest.paper} {manifest.table}: {manifest.title}",
         "",
-        f"Metric: {manifest.metric} (x{manifest.scale:g}); preset `{preset}`; published numbers from "
+        f"Metric: {metric_line(manifest)}; preset `{preset}`; published numbers from "
         f"{manifest.source}. Cells: ours [95% CI] / paper (delta).",
         "",
         "| row | method | " + " | ".join(

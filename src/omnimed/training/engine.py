@@ -78,14 +78,24 @@ def default_run_name(cfg: TrainConfig, job_num: int | None = None, job_overrides
     return f"{cfg.model.name}_{cfg.data.name}_s{cfg.seed}{job}_{run_config_key(cfg)}"
 
 
+def _short(value: str) -> str:
+    """A float as 4 significant digits (an Optuna trial's ``0.0008558894657793092`` -> ``0.0008559``); other
+    values as they are."""
+    try:
+        number = float(value)
+    except ValueError:
+        return value
+    return value if number.is_integer() or len(value) <= 8 else f"{number:.4g}"
+
+
 def swept_values(overrides: Sequence[str]) -> list[str]:
     """``task.lr=0.00125`` -> ``lr0.00125``: a sweep job's values of training keys, for its run name (file-safe,
-    each at most 24 characters)."""
+    floats to 4 significant digits, each at most 24 characters)."""
     out = []
     for override in overrides:
         key, _, value = override.lstrip("+~").partition("=")
         if value and key.split(".")[0] in ("task", "model", "trainer", "data") and "." in key:
-            out.append(re.sub(r"[^A-Za-z0-9.@-]+", "-", f"{key.rsplit('.', 1)[-1]}{value}")[:24])
+            out.append(re.sub(r"[^A-Za-z0-9.@-]+", "-", f"{key.rsplit('.', 1)[-1]}{_short(value)}")[:24])
     return out
 
 

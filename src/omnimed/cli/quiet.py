@@ -50,12 +50,10 @@ def quiet_console() -> None:
                 lg.removeHandler(handler)
             lg.propagate = True
     drop = _DropNotices()
-    for handler in logging.getLogger().handlers:
-        if not any(isinstance(f, _DropNotices) for f in handler.filters):
-            handler.addFilter(drop)
-    for name in _OWN_HANDLERS:  # a logger's own filter: kept when the library configures the logger later
-        lg = logging.getLogger(name)
-        if not any(isinstance(f, _DropNotices) for f in lg.filters):
-            lg.addFilter(drop)
+    # the root's handlers, and the loggers with handlers of their own (a logger's filter stays when the library
+    # configures that logger later)
+    for filterer in [*logging.getLogger().handlers, *map(logging.getLogger, _OWN_HANDLERS)]:
+        if not any(isinstance(f, _DropNotices) for f in filterer.filters):
+            filterer.addFilter(drop)
     for category, message in _WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=category)

@@ -225,15 +225,15 @@ class OmniRAG(Method):
             **statistics.words_and_counts(plans),
             **{f"query_diversity/{s}": v for s, v in statistics.diversity_by_source(plans).items()},
         }
-        # the world's questions say how they name their subject (its passages' name, an alias only the graph's
-        # names entry links, a description): a planner can copy a name, not know an alias of an unseen subject
-        groups = sorted({a.extras.get("named_by") for a in answers} - {None})
         for key in ("gold_recall", "gold_shown"):
             values = [a.extras[key] for a in answers if a.extras[key] is not None]
             if values:
                 out[f"plan/{key}"] = sum(values) / len(values)
-            for group in groups:
-                mine = [a.extras[key] for a in answers if a.extras[key] is not None and a.extras.get("named_by") == group]
-                if mine:
-                    out[f"plan/{key}/named_by_{group}"] = sum(mine) / len(mine)
+            # the world's questions say how they name their subject (its passages' name, an alias only the graph's
+            # names entry links, a description): a planner can copy a name, not know an alias of an unseen subject
+            by_group: dict[str, list[float]] = {}
+            for a in answers:
+                if a.extras[key] is not None and a.extras.get("named_by") is not None:
+                    by_group.setdefault(a.extras["named_by"], []).append(a.extras[key])
+            out.update({f"plan/{key}/named_by_{g}": sum(v) / len(v) for g, v in sorted(by_group.items())})
         return out

@@ -53,6 +53,8 @@ TINY_STAGES = {
                         "diversity_encoder": None},
     "omnirag_judge": {"explore": lambda: str(INPUTS["omnirag_explore"]), "batch_size": 4},
     "omnirag_pairs": {"judge": lambda: str(INPUTS["omnirag_judge"])},
+    "polyrag_utility": {"splits": ["train"], "n_questions": 12, "candidates": 3, "batch_size": 4},
+    "polyrag_judge_data": {"splits": ["train"], "n_questions": 12, "candidates": 3, "batch_size": 4},
 }
 
 

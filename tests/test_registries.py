@@ -25,7 +25,7 @@ def test_built_in_methods_and_stages_are_registered_by_their_packages():
 
 
 def test_unknown_names_fail_listing_what_is_registered():
-    with pytest.raises(KeyError, match=r"pipeline='nope'.*closed_book, omnirag, original_question, query2doc, rag"):
+    with pytest.raises(KeyError, match=r"pipeline='nope'.*closed_book, omnirag, original_question, polyrag, query2doc, rag"):
         get_method("nope")
     with pytest.raises(KeyError, match=r"stage='nope'.*selfbiorag_critic_data"):
         get_stage("nope")
@@ -83,13 +83,14 @@ def test_default_label_reading_takes_the_label_the_output_starts_with():
     assert judge.read_label("Well, [Yes]", "verdict") is None  # text before the label: outside the set
 
 
-def test_the_objective_registry_builds_sft_and_dpo_and_names_what_is_built():
+def test_the_objective_registry_builds_sft_dpo_and_distill_and_names_what_is_built():
     from omnimed.training.objectives import get_objective, objective_names
 
-    assert objective_names() == ["dpo", "sft"]
-    assert get_objective("sft").name == "sft" and get_objective("dpo").name == "dpo"
-    with pytest.raises(ValueError, match=r"task.objective='distill' \(task embedder\).*built objectives: dpo, sft"):
-        get_objective("distill", "embedder")
+    assert objective_names() == ["distill", "dpo", "sft"]
+    assert [get_objective(n).name for n in ("sft", "dpo", "distill")] == ["sft", "dpo", "distill"]
+    assert get_objective("distill").export is not None and get_objective("sft").export is None
+    with pytest.raises(ValueError, match=r"task.objective='listwise' \(task embedder\).*built objectives: distill, dpo, sft"):
+        get_objective("listwise", "embedder")
 
 
 def test_the_runner_tail_writes_predictions_and_metrics_without_a_logger(tmp_path):

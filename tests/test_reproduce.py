@@ -86,7 +86,7 @@ def test_every_runnable_row_of_every_shipped_table_composes_at_every_preset():
                     if status == "pending":
                         assert plan.pending[col] == f"missing: dataset {key}: {PENDING[key]}"
                         assert key not in plan.datasets
-                    elif col in m.column_overrides:  # runs on its own, with its overrides
+                    elif col in m.column_overrides or col in plan.row.column_overrides:  # on its own, with them
                         assert plan.alone[col] == key and col not in plan.datasets.get(key, [])
                     elif key != AVERAGE:
                         assert col in plan.datasets[key]
@@ -200,13 +200,13 @@ def test_rows_whose_metric_no_task_produces_are_missing_with_the_reason(tmp_path
     from omnimed.tables.reproduce import plan_rows, reproduce
 
     rows = [{"name": "Original", "method": "rag", "overrides": ["pipeline=rag"], "published": {"Book": 117.1}},
-            {"name": "Planner", "method": "polyrag", "published": {"Book": 9.0}},
+            {"name": "Planner", "method": "biomedsearch", "published": {"Book": 9.0}},
             {"name": "SPO", "method": "omnirag", "overrides": ["pipeline=omnirag"], "published": {"Book": 5.4}}]
     path = qa_manifest(tmp_path, {"miniature": {"Book": "world_mcq"}, "paper": {"Book": "world_mcq"}}, rows,
                        metric="words_per_query", metrics={"Book": "words_per_query/book"}, scale=1)
-    with pytest.raises(ManifestError, match="unknown method 'polyrag'"):
+    with pytest.raises(ManifestError, match="unknown method 'biomedsearch'"):
         load_manifest(path)  # neither registered nor a paper folder beside the manifest's
-    (tmp_path / "experiments" / "polyrag").mkdir()  # a paper whose method is not built yet: its folder exists
+    (tmp_path / "experiments" / "biomedsearch").mkdir()  # a paper whose method is not built yet: its folder exists
     m = load_manifest(path)
     original, spo = m.rows[0], m.rows[2]
     assert original.status == "missing" and [p.row.name for p in plan_rows(m, "miniature")] == ["SPO"]
@@ -218,7 +218,7 @@ def test_rows_whose_metric_no_task_produces_are_missing_with_the_reason(tmp_path
     assert cells["Planner"]["Book"].status == "missing"  # method not built: as before
     res = reproduce_cli("--list", "--root", str(tmp_path / "experiments"), cwd=tmp_path)
     out = res.stdout + res.stderr
-    assert "metric words_per_query/book not produced yet" in out and "method polyrag not built" in out
+    assert "metric words_per_query/book not produced yet" in out and "method biomedsearch not built" in out
     assert produces("qa", "words_per_query/book", "omnirag") and not produces("qa", "words_per_query/book", "rag")
     # the families each task writes; adding a metric to a task is one entry of its EvalTask.metrics
     assert produces("retrieval", "ndcg@3") and produces("retrieval", "mrr") and not produces("retrieval", "accuracy")

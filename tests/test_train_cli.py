@@ -140,11 +140,11 @@ def test_task_check_reads_the_task_files_not_a_fixed_list(tmp_path, monkeypatch,
 
 
 def test_objective_that_is_not_built_fails_naming_it(tmp_path):
-    """task.objective=distill (not built yet) must not silently train SFT."""
-    res = train(tmp_path, *TINY, "task.objective=distill", "logger=none", "run_name=distill", check=False)
+    """task.objective=listwise (no such objective) must not silently train SFT."""
+    res = train(tmp_path, *TINY, "task.objective=listwise", "logger=none", "run_name=listwise", check=False)
     assert res.returncode != 0
-    assert "task.objective='distill'" in res.stderr and "built objectives: dpo, sft" in res.stderr
-    assert not (tmp_path / "checkpoints" / "sft" / "distill").exists()  # refused before any work
+    assert "task.objective='listwise'" in res.stderr and "built objectives: distill, dpo, sft" in res.stderr
+    assert not (tmp_path / "checkpoints" / "sft" / "listwise").exists()  # refused before any work
 
 
 # ------------------------------------------------------------------------------------------- a full run

@@ -9,6 +9,11 @@ from collections.abc import Sequence
 from omnimed.data.records import Passage
 
 
+def index_text(passage: Passage) -> str:
+    """What BM25, the encoder, the reranker and an embedder in training see of a passage: its title, then its text."""
+    return f"{passage.title}\n{passage.text}" if passage.title else passage.text
+
+
 def render_evidence(passages: Sequence[Passage]) -> str:
     """Evidence as Self-RAG writes it: one ``<paragraph>TITLE\\nTEXT</paragraph>`` segment per passage (the title
     line only when there is a title), segments separated by newlines."""

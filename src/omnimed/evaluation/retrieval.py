@@ -85,15 +85,19 @@ def paired_queries(questions: Iterable[MultipleChoiceQuestion], source: str) -> 
             if q.gold_passages]
 
 
-def run_method(kb, queries: Sequence[RetrievalQuery], method: str, k: int) -> dict[str, list[Hit]]:
-    """Search every query with ``method`` (text sources) or the concept store (graph); hits by query id."""
+def run_method(kb, queries: Sequence[RetrievalQuery], method: str, k: int, pipeline: Any = None
+               ) -> dict[str, list[Hit]]:
+    """Search every query with ``method`` (text sources) or the concept store (graph); hits by query id.
+    ``pipeline``: a registered method that ranks passages itself, used when ``method`` is its name."""
     retriever, rerank = METHODS[method] if method in METHODS else (method, False)
     out: dict[str, list[Hit]] = {}
     by_source: dict[str, list[RetrievalQuery]] = {}
     for q in queries:
         by_source.setdefault(q.source, []).append(q)
     for source, qs in by_source.items():
-        if source == "graph":
+        if pipeline is not None and method == pipeline.name:
+            results = pipeline.retrieve(kb, source, [(q.id.rsplit("@", 1)[0], q.text) for q in qs], k)
+        elif source == "graph":
             results = kb.search_batch(source, [q.text for q in qs], k)
         else:
             results = kb.search_batch(source, [q.text for q in qs], k, method=retriever, rerank=rerank)
@@ -124,14 +128,16 @@ def ir_metrics(
 
 
 def evaluate_methods(
-    kb, queries: Sequence[RetrievalQuery], methods: Sequence[str], *, k: int = 10, ks: Sequence[int] = (1, 5, 10)
+    kb, queries: Sequence[RetrievalQuery], methods: Sequence[str], *, k: int = 10, ks: Sequence[int] = (1, 5, 10),
+    pipeline: Any = None,
 ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, list[Hit]]]]:
-    """Metrics per method (overall and ``<source>/<metric>``) and the hits behind them, for auditing."""
+    """Metrics per method (overall and ``<source>/<metric>``) and the hits behind them, for auditing;
+    ``pipeline``: as :func:`run_method`."""
     metrics: dict[str, dict[str, float]] = {}
     all_hits: dict[str, dict[str, list[Hit]]] = {}
     text_queries = [q for q in queries if q.source != "graph"]
     for method in methods:
-        hits = run_method(kb, text_queries, method, k)
+        hits = run_method(kb, text_queries, method, k, pipeline)
         all_hits[method] = hits
         row: dict[str, Any] = {"queries": len(text_queries), **ir_metrics(text_queries, hits, ks)}
         for source in sorted({q.source for q in text_queries}):
@@ -183,6 +189,23 @@ def load_queries(task, knowledge_cfg, kb) -> list[RetrievalQuery]:
     return queries[: task.max_queries] if task.max_queries else queries
 
 
+def ranking_pipeline(cfg: Any) -> Any:
+    """The run's pipeline when it names a registered method that ranks passages itself (PolyRAG), served by the
+    run's backend and model (its judges) and caching in ``paths.cache``; else None."""
+    from omnimed.methods.registry import build_method
+
+    pipeline_cfg = cfg.get("pipeline") if hasattr(cfg, "get") else getattr(cfg, "pipeline", None)
+    if pipeline_cfg is None or pipeline_cfg.name not in cfg.task.methods:
+        return None
+    method = build_method(pipeline_cfg)
+    if not method.retrieves():
+        raise ValueError(f"task.methods names {pipeline_cfg.name}, but pipeline={pipeline_cfg.name} does not rank "
+                         "passages on its own")
+    method.serve(cfg.backend, cfg.model)
+    method.cache_root = cfg.paths.cache
+    return method
+
+
 def prediction_rows(queries: Sequence[RetrievalQuery], hits: dict[str, dict[str, list[Hit]]]) -> list[dict]:
     """One row per (method, query): the ranked passage ids with scores next to the gold, for auditing."""
     rows = []
@@ -195,7 +218,7 @@ def prediction_rows(queries: Sequence[RetrievalQuery], hits: dict[str, dict[str,
             rows.append({
                 "method": method, "query_id": q.id, "source": q.source, "query": q.text,
                 "gold": sorted(q.gold), "first_gold_rank": first,
-                "hits": [{"id": h.passage.id, "doc_id": h.doc_id, "score": h.score} for h in ranked],
+                "hits": [{"id": h.passage.id, "doc_id": h.doc_id, "score": h.score, **h.extra} for h in ranked],
             })
     return rows
 
@@ -210,14 +233,16 @@ def run_retrieval_evaluation(cfg, output_dir) -> RetrievalResult:
 
     task, kcfg = cfg.task, cfg.knowledge
     output_dir = Path(output_dir)
-    unknown = [m for m in task.methods if m not in METHODS]
+    pipeline = ranking_pipeline(cfg)
+    unknown = [m for m in task.methods if m not in METHODS and (pipeline is None or m != pipeline.name)]
     if unknown:
-        raise ValueError(f"task.methods: unknown {unknown}; expected some of {', '.join(METHODS)}")
+        also = f", or {pipeline.name} (pipeline={pipeline.name})" if pipeline is not None else ""
+        raise ValueError(f"task.methods: unknown {unknown}; expected some of {', '.join(METHODS)}{also}")
     if any(m.endswith("+rerank") for m in task.methods) and not kcfg.rerank.enabled:
         kcfg.rerank.enabled = True  # the comparison asks for it; the knowledge base's default stays as configured
     kb = build_knowledge_base(kcfg, Path(cfg.paths.root), progress=True)
     queries = load_queries(task, kcfg, kb)
-    metrics, hits = evaluate_methods(kb, queries, task.methods, k=task.k, ks=task.ks)
+    metrics, hits = evaluate_methods(kb, queries, task.methods, k=task.k, ks=task.ks, pipeline=pipeline)
 
     flat = {f"{method}/{name}": value for method, row in metrics.items() for name, value in row.items()}
     rows = prediction_rows(queries, hits)

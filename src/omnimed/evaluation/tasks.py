@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
-from omnimed.evaluation import calibration, critic, qa, retrieval
+from omnimed.evaluation import calibration, critic, qa, retrieval, utility_ranking
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,10 @@ EVAL_TASKS: dict[str, EvalTask] = {
         EvalTask("world_calibration", calibration.CalibrationTaskConfig, calibration.run_calibration,
                  calibration.report, frozenset({"*/hit@[0-9]*", "*/questions", "source/*", "reader/*", "recency/*",
                                                 "targets/*"}), dataset_key="knowledge"),
+        # encoders ranking held-out queries' passages by a teacher's utility (PolyRAG's distilled embedder)
+        EvalTask("utility_ranking", utility_ranking.UtilityRankingTaskConfig, utility_ranking.run_utility_ranking,
+                 utility_ranking.report, frozenset({"*/hit@[0-9]*", "*/ndcg@[0-9]*", "queries"}),
+                 dataset_key="task.data"),
     )
 }
 

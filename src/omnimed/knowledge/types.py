@@ -6,14 +6,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from omnimed.data.records import Passage
+from omnimed.data.text import index_text  # noqa: F401 (what every index sees of a passage; re-exported here)
 
 # One ranked list per query: (row index into the source's passage table, score), best first.
 Ranking = list[tuple[int, float]]
-
-
-def index_text(passage: Passage) -> str:
-    """What BM25, the encoder and the reranker see of a passage: its title, then its text."""
-    return f"{passage.title}\n{passage.text}" if passage.title else passage.text
 
 
 class KnowledgeError(ValueError):

@@ -3,7 +3,7 @@ method's stage configs with Hydra. A stage itself lives in its method's package 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -59,6 +59,34 @@ class StageContext:
         from omnimed.knowledge.build import build_knowledge_base
 
         return build_knowledge_base(self.knowledge, self.root, progress=self.progress)
+
+
+def select_questions(questions: str, knowledge: Any, *, split: str, kinds: Sequence[str] | None = None,
+                     n: int | None = None, seed: int = 0) -> list[Any]:
+    """A labelling stage's questions: the world's (``questions=world``, from the knowledge config's world) or a
+    records file's multiple-choice questions of ``split`` and ``kinds`` (null: all kinds), ``n`` of them drawn
+    with ``seed`` (null: all), in id order. Keys in errors are the stage's (``stage.split``, ...)."""
+    import random
+
+    from omnimed.data.records import MultipleChoiceQuestion
+
+    if questions == "world":
+        from omnimed.knowledge.corpus import world_of
+
+        if knowledge.corpus != "world":
+            raise ValueError(f"stage.questions=world reads the synthetic world's questions; knowledge="
+                             f"{knowledge.name} has corpus={knowledge.corpus!r} (or set stage.questions=<records path>)")
+        pool = list(world_of(knowledge).questions)
+    else:
+        from omnimed.data.io import read_records
+
+        pool = read_records(questions, MultipleChoiceQuestion)
+    pool = [q for q in pool if q.split == split and (kinds is None or q.metadata.get("kind") in kinds)]
+    if not pool:
+        raise ValueError(f"stage.split={split!r}, stage.kinds={kinds}: no questions of {questions}")
+    if n is not None and n < len(pool):
+        pool = random.Random(seed).sample(pool, n)
+    return sorted(pool, key=lambda q: q.id)
 
 
 def run_stage(cfg: BuildConfig, log: Callable[..., None] = print) -> StageResult:

@@ -69,6 +69,8 @@ class Row(BaseModel):
     overrides: list[str] = Field(default_factory=list)
     # preset -> overrides of this row at that preset only (e.g. which trained checkpoint stands in at miniature)
     preset_overrides: dict[str, list[str]] = Field(default_factory=dict)
+    # column -> overrides of this row's run of that column only (PolyRAG's weights per domain): run on its own
+    column_overrides: dict[str, list[str]] = Field(default_factory=dict)
     published: dict[str, Optional[float]] = Field(default_factory=dict)
     note: str = ""
     # set by the table: why a row whose method is built still cannot run (a metric its task does not produce)
@@ -155,6 +157,11 @@ class TableManifest(BaseModel):
         odd_columns = set(self.column_overrides) - set(self.columns)
         if odd_columns:
             raise ValueError(f"column_overrides: unknown columns {sorted(odd_columns)}; columns are {self.columns}")
+        for row in self.rows:
+            odd = set(row.column_overrides) - set(self.columns)
+            if odd:
+                raise ValueError(f"row {row.name!r}: column_overrides for unknown columns {sorted(odd)}; columns are "
+                                 f"{self.columns}")
         odd_scales = set(self.scales) - set(self.columns)
         if odd_scales:
             raise ValueError(f"scales: unknown columns {sorted(odd_scales)}; columns are {self.columns}")

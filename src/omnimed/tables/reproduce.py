@@ -46,8 +46,10 @@ class RowPlan:
     slug: str
     overrides: list[str]
     datasets: dict[str, list[str]] = field(default_factory=dict)  # dataset key -> the columns it fills
-    # column -> its dataset key, for a column with its own overrides (manifest.column_overrides): run on its own
+    # column -> its dataset key, for a column with its own overrides (the manifest's or the row's
+    # column_overrides): run on its own, with those overrides (``column_extra``)
     alone: dict[str, str] = field(default_factory=dict)
+    column_extra: dict[str, list[str]] = field(default_factory=dict)
     pending: dict[str, str] = field(default_factory=dict)  # column -> why it is not run (no loader for its data)
     # the row's own overrides composed last: at miniature scale the preset hides them, but a row naming an
     # option that does not exist is wrong at every scale and must fail validation
@@ -110,8 +112,9 @@ def plan_rows(manifest: TableManifest, preset: str, extra: list[str] | None = No
             status, why = dataset_status(task, key)
             if status == "pending":
                 plan.pending[col] = f"missing: dataset {key}: {why}"
-            elif col in manifest.column_overrides:
+            elif col in manifest.column_overrides or col in row.column_overrides:
                 plan.alone[col] = key
+                plan.column_extra[col] = [*manifest.column_overrides.get(col, []), *row.column_overrides.get(col, [])]
             else:  # known, or unknown: validate() stops the table on it, naming the row and column
                 plan.datasets.setdefault(key, []).append(col)
         plans.append(plan)
@@ -129,10 +132,14 @@ def dataset_override(task: str, key: str) -> str:
 
 def sweeps(plan: RowPlan, manifest: TableManifest) -> list[tuple[str, dict[str, list[str]], list[str]]]:
     """The row's ``omnimed-evaluate -m`` runs: (the folder under the row's, dataset key -> its columns, extra
-    overrides). The columns without overrides of their own share one sweep over their datasets (folder ""); each
-    column with ``column_overrides`` is its own run, in a folder named after it."""
+    overrides). The columns without overrides of their own share one sweep over their datasets (folder ""); a
+    column with ``column_overrides`` (the table's or the row's) is its own run, in a folder named after it, shared
+    by the columns with the same dataset and overrides (a HIT and an NDCG column of one run)."""
     out = [("", plan.datasets, [])] if plan.datasets else []
-    out += [(slug(col), {key: [col]}, manifest.column_overrides[col]) for col, key in plan.alone.items()]
+    runs: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    for col, key in plan.alone.items():
+        runs.setdefault((key, tuple(plan.column_extra[col])), []).append(col)
+    out += [(slug(cols[0]), {key: cols}, list(extra)) for (key, extra), cols in runs.items()]
     return out
 
 
@@ -349,7 +356,7 @@ def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_d
             cells[row.name] = {c: Cell(status=row_cell_status(row)) for c in manifest.columns}
     for i, plan in enumerate(plans, start=1):
         waiting = sorted({why for why in plan.pending.values()})
-        shown = [*plan.datasets, *(f"{key} ({col}: {' '.join(manifest.column_overrides[col])})"
+        shown = [*plan.datasets, *(f"{key} ({col}: {' '.join(plan.column_extra[col])})"
                                    for col, key in plan.alone.items())]
         log(f"[{i}/{len(plans)}] {plan.row.name}: {', '.join(shown) or 'nothing to run'}"
             + (f" (not run: {'; '.join(w.removeprefix('missing: ') for w in waiting)})" if waiting else ""))

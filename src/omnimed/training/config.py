@@ -19,7 +19,7 @@ class TaskConfig:
     """What is trained and with which objective and optimisation (paper presets live in conf/task/)."""
 
     name: str = "sft"
-    objective: str = "sft"  # sft | dpo (omnimed.training.objectives)
+    objective: str = "sft"  # sft | dpo | distill (omnimed.training.objectives)
     lr: float = 2e-4
     weight_decay: float = 0.0
     warmup_ratio: float = 0.03
@@ -34,6 +34,13 @@ class TaskConfig:
     beta: float = 0.1
     # dpo: compute the reference's log-probs of every train/val pair once before training instead of every step
     precompute_ref_log_probs: bool = False
+    # distill: the student's softmax temperature over cosines (PolyRAG / FlagEmbedding: 0.05), the teacher scores'
+    # temperature, the passages per query (the paper's window: 50), and whether other queries' passages join the
+    # student's softmax as negatives
+    temperature: float = 0.05
+    teacher_temperature: float = 1.0
+    passage_window: int = 50
+    in_batch_negatives: bool = False
 
 
 @dataclass
@@ -136,6 +143,9 @@ def config_problems(cfg: TrainConfig) -> list[str]:
     need(0 <= t.warmup_ratio <= 1, "task.warmup_ratio", t.warmup_ratio, "a share between 0 and 1")
     need(t.max_length > 0, "task.max_length", t.max_length, "a number of tokens > 0")
     need(math.isfinite(t.beta) and t.beta > 0, "task.beta", t.beta, "a reward temperature > 0")
+    need(t.temperature > 0, "task.temperature", t.temperature, "a softmax temperature > 0")
+    need(t.teacher_temperature > 0, "task.teacher_temperature", t.teacher_temperature, "a softmax temperature > 0")
+    need(t.passage_window >= 1, "task.passage_window", t.passage_window, "at least 1 passage per query")
     need(d.source in DATA_SOURCES, "data.source", d.source, f"one of {', '.join(DATA_SOURCES)}")
     if d.source == "records" and not d.path:
         problems.append(f"data.path is not set: data={d.name} (data.source=records) reads a records.jsonl or an "

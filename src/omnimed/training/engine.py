@@ -383,7 +383,10 @@ def train(
         hf_dir = run_dir / "hf"
         export_options = {"merge_lora": cfg.model.lora.merge_on_export, "base_model_id": base_model_id(cfg.model),
                           "overwrite": True}
-        if cfg.strategy.name == "deepspeed":
+        if objective.export is not None:
+            if trainer.is_global_zero:
+                objective.export(module, tokenizer, hf_dir, cfg)
+        elif cfg.strategy.name == "deepspeed":
             last = run_dir / "lightning" / "last.ckpt"  # the final step (StepCheckpoint)
             if trainer.is_global_zero:
                 state = consolidate_checkpoint(last, prefix=None)

@@ -4,8 +4,8 @@ An objective is a Lightning module with its data module. It registers itself und
 :func:`register_objective`; the engine (strategies, loggers, checkpoints, resume, export) asks this registry and
 knows no objective by name, and no objective knows a paper. Built-in objectives live in
 ``omnimed.training.<name>`` and are imported when first asked for: ``sft`` (prompt/completion examples, loss on
-the completion) and ``dpo`` (preference pairs, TRL's sigmoid loss against a reference model); ``distill``
-(listwise KL of a bi-encoder to a teacher's scores) comes next, one module each. Objectives outside the package
+the completion), ``dpo`` (preference pairs, TRL's sigmoid loss against a reference model) and ``distill``
+(listwise KL of a bi-encoder to a teacher's scores), one module each. Objectives outside the package
 come from ``OMNIMED_PLUGINS`` (:mod:`omnimed.plugins`).
 """
 
@@ -17,18 +17,21 @@ from dataclasses import dataclass
 from typing import Any
 
 #: the objectives this package ships, each in ``omnimed.training.<name>``
-BUILTIN: tuple[str, ...] = ("sft", "dpo")
+BUILTIN: tuple[str, ...] = ("sft", "dpo", "distill")
 
 
 @dataclass(frozen=True)
 class Objective:
     """``datamodule(cfg, records, tokenizer)`` and ``module(cfg, tokenizer)`` build the Lightning pair from the
     run's :class:`~omnimed.training.config.TrainConfig`; the data module may expose ``dropped_too_long``,
-    ``num_examples``, ``truncated`` and ``needed_length``, which the run reports."""
+    ``num_examples``, ``truncated`` and ``needed_length``, which the run reports. ``export(module, tokenizer,
+    folder, cfg)``: writes the trained model into ``hf/`` when it is not a causal LM (default: the engine's
+    Hugging Face export of ``module.model``)."""
 
     name: str
     datamodule: Callable[[Any, list, Any], Any]
     module: Callable[[Any, Any], Any]
+    export: Callable[[Any, Any, Any, Any], None] | None = None
 
 
 _OBJECTIVES: dict[str, Objective] = {}

@@ -11,7 +11,6 @@ next run; a rerun of a finished stage does nothing.
 
 from __future__ import annotations
 
-import random
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from omnimed.generation.types import Request, SamplingParams
 from omnimed.knowledge.plan import parse_exploration
 from omnimed.methods.omnirag import prompts
 from omnimed.methods.omnirag.statistics import DIVERSITY_ENCODER, diversity_by_source
+from omnimed.methods.stages import select_questions
 
 STAGE = "omnirag_explore"
 
@@ -59,25 +59,9 @@ def check_sources(sources: Sequence[str], key: str) -> None:
 
 
 def training_questions(cfg: Any, knowledge: Any) -> list[MultipleChoiceQuestion]:
-    """The questions a stage explores: the world's (or a records file's) multiple-choice questions of
-    ``cfg.split`` and ``cfg.kinds``, ``cfg.n_questions`` of them drawn with ``cfg.seed``, in id order."""
-    if cfg.questions == "world":
-        from omnimed.knowledge.corpus import world_of
-
-        if knowledge.corpus != "world":
-            raise ValueError(f"stage.questions=world reads the synthetic world's questions; knowledge="
-                             f"{knowledge.name} has corpus={knowledge.corpus!r} (or set stage.questions=<records path>)")
-        pool = list(world_of(knowledge).questions)
-    else:
-        from omnimed.data.io import read_records
-
-        pool = read_records(cfg.questions, MultipleChoiceQuestion)
-    pool = [q for q in pool if q.split == cfg.split and (cfg.kinds is None or q.metadata.get("kind") in cfg.kinds)]
-    if not pool:
-        raise ValueError(f"stage.split={cfg.split!r}, stage.kinds={cfg.kinds}: no questions of {cfg.questions}")
-    if cfg.n_questions is not None and cfg.n_questions < len(pool):
-        pool = random.Random(cfg.seed).sample(pool, cfg.n_questions)
-    return sorted(pool, key=lambda q: q.id)
+    """The questions a stage explores (:func:`~omnimed.methods.stages.select_questions` with the stage's keys)."""
+    return select_questions(cfg.questions, knowledge, split=cfg.split, kinds=cfg.kinds, n=cfg.n_questions,
+                            seed=cfg.seed)
 
 
 def build_exploration(cfg: ExploreConfig, *, expert: Any, knowledge: Any, root: str = ".", progress: bool = True,

@@ -1,0 +1,52 @@
+"""The candidate passages PolyRAG's views judge: what the first-stage search of the knowledge base returns for a
+query (PolyEVAL gives 14.7 candidates a query), and for labelling stages also the question's gold passages, so
+that a window always holds the passages a teacher should rank first."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any, Optional
+
+from omnimed.data.records import MultipleChoiceQuestion, Passage
+
+
+def passage_table(kb: Any) -> dict[str, Passage]:
+    """Every text passage of the knowledge base by id (a chunk also under the passage it was cut from)."""
+    table: dict[str, Passage] = {}
+    for index in kb.text_sources.values():
+        for p in index.passages:
+            table.setdefault(p.id, p)
+            table.setdefault(str(p.metadata.get("chunk_of", p.id)), p)
+    return table
+
+
+def text_sources(kb: Any, sources: Optional[Sequence[str]], key: str) -> list[str]:
+    """The text sources to search: ``sources`` (each must be a text source of ``kb``) or all of them."""
+    names = list(sources) if sources else list(kb.text_sources)
+    unknown = [s for s in names if s not in kb.text_sources]
+    if unknown:
+        raise ValueError(f"{key}={list(sources or [])}: {unknown} not among the text sources of "
+                         f"{kb.cfg.name} ({', '.join(kb.text_sources)})")
+    return names
+
+
+def search_candidates(kb: Any, queries: Sequence[str], n: int, *, sources: Sequence[str],
+                      method: Optional[str] = None) -> list[list[Passage]]:
+    """The first-stage candidates of each query: ``n`` passages fused across ``sources``."""
+    return kb.search_sources(list(queries), n, sources=sources, per_source_k=n, method=method)
+
+
+def with_gold(candidates: list[Passage], question: MultipleChoiceQuestion, table: dict[str, Passage],
+              seed: int) -> list[Passage]:
+    """``candidates`` plus the question's gold text passages not among them, each put at a position drawn with
+    ``seed`` (appending them would tell a student that the last passages are the useful ones)."""
+    have = {p.id for p in candidates} | {str(p.metadata.get("chunk_of", p.id)) for p in candidates}
+    out = list(candidates)
+    rng = random.Random(f"{seed}:{question.id}")
+    for pid in question.gold_passages:
+        if pid in have or pid not in table:
+            continue
+        out.insert(rng.randint(0, len(out)), table[pid])
+        have.add(pid)
+    return out

@@ -1,0 +1,173 @@
+"""Utility distillation (PolyRAG 5.1.3; the data in FlagEmbedding's distillation layout): a sentence-transformers
+bi-encoder learns to rank each query's passage window as a teacher's utility scores do.
+
+For a query q with passages d_1..d_n (its window, at most ``task.passage_window``) and teacher scores t_i, the
+loss is the listwise KL divergence
+
+    KL( softmax(t / teacher_temperature) || softmax(cos(q, d) / temperature) )
+
+averaged over the batch's queries (``task.temperature``: the paper's 0.05; ``task.teacher_temperature``: the
+scale of the teacher's scores, 1.0 for log-likelihood differences in nats). With ``task.in_batch_negatives`` the
+student's softmax also runs over the other queries' passages, where the teacher puts no mass. Logged: ``train/loss``,
+``val/loss`` and ``val/top1_agreement`` (the student's best passage is the teacher's best).
+
+The model is loaded with :func:`omnimed.models.loading.load_encoder` (MiniLM, BGE-M3, a folder) and exported as a
+sentence-transformers folder, which ``SentenceTransformer(path)`` loads and ``knowledge.dense.encoder=<path>`` or
+``pipeline.utility_encoder=<path>`` use. Optimizer and schedule: AdamW with ``task.warmup_ratio`` warmup and
+``task.scheduler`` decay, as :class:`~omnimed.training.sft.SFTModule`.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+
+from omnimed.training.objectives import Objective, register_objective
+
+SCHEDULERS = {"cosine": "cosine", "linear": "linear", "constant": "constant_with_warmup"}
+
+
+def listwise_kl(student: torch.Tensor, teacher: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over rows of KL(teacher || student) where both are softmaxes of logits over the row's ``mask``ed
+    entries (``teacher`` is -inf, or anything, off its own window: its mass there is 0)."""
+    neg = torch.finfo(student.dtype).min
+    log_s = F.log_softmax(student.masked_fill(~mask, neg), dim=-1)
+    t = F.softmax(teacher.masked_fill(~mask, neg), dim=-1)
+    kl = (t * (torch.log(t.clamp_min(1e-12)) - log_s)).masked_fill(t == 0, 0.0)
+    return kl.sum(-1).mean()
+
+
+class DistillDataModule(L.LightningDataModule):
+    """Utility examples (:class:`~omnimed.data.records.UtilityExample`) as (query, passage texts, teacher scores)
+    batches; ``data.val_fraction`` of the queries (drawn with ``data.shuffle_seed``) validate."""
+
+    def __init__(self, records: Sequence[Any], data_cfg: Any, task_cfg: Any) -> None:
+        super().__init__()
+        from omnimed.data.text import index_text
+
+        self.data_cfg, self.task_cfg = data_cfg, task_cfg
+        window = task_cfg.passage_window
+        items = [(r.query, [index_text(p) for p in r.passages[:window]], list(r.teacher_scores[:window]))
+                 for r in records]
+        order = list(range(len(items)))
+        random.Random(data_cfg.shuffle_seed).shuffle(order)
+        n_val = int(round(len(items) * data_cfg.val_fraction))
+        self.val_items = [items[i] for i in order[:n_val]]
+        self.train_items = [items[i] for i in order[n_val:]]
+        self.num_examples = len(items)
+        if not self.train_items:
+            raise ValueError(f"data.val_fraction={data_cfg.val_fraction} leaves no training query of {len(items)}")
+
+    @staticmethod
+    def collate(items: Sequence[tuple[str, list[str], list[float]]]) -> dict[str, Any]:
+        return {"queries": [q for q, _, _ in items], "passages": [p for _, p, _ in items],
+                "scores": [s for _, _, s in items]}
+
+    def train_dataloader(self) -> DataLoader:
+        gen = torch.Generator().manual_seed(self.data_cfg.shuffle_seed)
+        return DataLoader(self.train_items, batch_size=self.data_cfg.batch_size, shuffle=True, generator=gen,
+                          collate_fn=self.collate, num_workers=self.data_cfg.num_workers)
+
+    def val_dataloader(self) -> DataLoader | list:
+        if not self.val_items:
+            return []
+        return DataLoader(self.val_items, batch_size=self.data_cfg.batch_size, collate_fn=self.collate)
+
+
+class DistillModule(L.LightningModule):
+    """The bi-encoder and its listwise loss (module doc); ``model_cfg``: an encoder model config."""
+
+    def __init__(self, model_cfg: Any, task_cfg: Any) -> None:
+        super().__init__()
+        from omnimed.models.loading import load_encoder
+
+        self.model_cfg, self.task_cfg = model_cfg, task_cfg
+        self.encoder = load_encoder(model_cfg).train()  # loaded in eval mode; trained with its dropout, as FlagEmbedding
+        if task_cfg.max_length:
+            self.encoder.max_seq_length = min(self.encoder.max_seq_length or task_cfg.max_length, task_cfg.max_length)
+
+    def embed(self, texts: Sequence[str]) -> torch.Tensor:
+        features = self.encoder.tokenize(list(texts))
+        features = {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in features.items()}
+        return F.normalize(self.encoder(features)["sentence_embedding"], dim=-1)
+
+    def logits(self, batch: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(student logits, teacher logits, mask), each [queries, all passages of the batch]."""
+        flat = [p for ps in batch["passages"] for p in ps]
+        q, d = self.embed(batch["queries"]), self.embed(flat)
+        student = q @ d.T / self.task_cfg.temperature
+        teacher = torch.zeros_like(student)
+        own = torch.zeros_like(student, dtype=torch.bool)
+        start = 0
+        for i, scores in enumerate(batch["scores"]):
+            n = len(scores)
+            teacher[i, start:start + n] = torch.tensor(scores, dtype=student.dtype) / self.task_cfg.teacher_temperature
+            own[i, start:start + n] = True
+            start += n
+        # in-batch negatives: the student spreads mass over others' passages too; the teacher puts none there
+        teacher = teacher.masked_fill(~own, torch.finfo(student.dtype).min)
+        mask = torch.ones_like(own) if self.task_cfg.in_batch_negatives else own
+        return student, teacher, mask
+
+    def training_step(self, batch: Mapping[str, Any], batch_idx: int) -> torch.Tensor:
+        student, teacher, mask = self.logits(batch)
+        loss = listwise_kl(student, teacher, mask)
+        self.log("train/loss", loss, on_step=True, prog_bar=True, batch_size=len(batch["queries"]))
+        return loss
+
+    def validation_step(self, batch: Mapping[str, Any], batch_idx: int) -> torch.Tensor:
+        student, teacher, mask = self.logits(batch)
+        own = teacher > torch.finfo(teacher.dtype).min
+        loss = listwise_kl(student, teacher, mask)
+        agree = (student.masked_fill(~own, -math.inf).argmax(-1) == teacher.argmax(-1)).float().mean()
+        n = len(batch["queries"])
+        self.log("val/loss", loss, on_epoch=True, prog_bar=True, sync_dist=True, batch_size=n)
+        self.log("val/top1_agreement", agree, on_epoch=True, sync_dist=True, batch_size=n)
+        return loss
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        from transformers import get_scheduler
+
+        from omnimed.training.sft import optimizer_groups
+
+        name = self.task_cfg.scheduler
+        if name not in SCHEDULERS:
+            raise ValueError(f"task.scheduler must be one of {sorted(SCHEDULERS)}, got {name!r}")
+        optimizer = torch.optim.AdamW(optimizer_groups(self.encoder, self.task_cfg.weight_decay), lr=self.task_cfg.lr)
+        total = max(int(self.trainer.estimated_stepping_batches), 1)
+        scheduler = get_scheduler(SCHEDULERS[name], optimizer, num_warmup_steps=math.ceil(self.task_cfg.warmup_ratio * total),
+                                  num_training_steps=total)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1}}
+
+    def export(self, folder: Path) -> None:
+        """The trained encoder as a sentence-transformers folder (safetensors)."""
+        self.encoder.save(str(folder), safe_serialization=True)
+
+
+def _datamodule(cfg: Any, records: list, tokenizer: Any) -> DistillDataModule:
+    return DistillDataModule(records, cfg.data, cfg.task)
+
+
+def _module(cfg: Any, tokenizer: Any) -> DistillModule:
+    if cfg.model.kind != "encoder":
+        raise ValueError(f"task.objective=distill trains a sentence-transformers encoder; model={cfg.model.name} has "
+                         f"kind={cfg.model.kind!r} (use model=minilm-l6, model=bge-m3 or an encoder folder)")
+    if cfg.strategy.name == "deepspeed":
+        raise ValueError("task.objective=distill runs under strategy=cpu, ddp or fsdp2, not deepspeed: a bi-encoder "
+                         "(BGE-M3: 568M parameters) fits one device, and its export is the unpartitioned model")
+    return DistillModule(cfg.model, cfg.task)
+
+
+def _export(module: DistillModule, tokenizer: Any, folder: Path, cfg: Any) -> None:
+    module.export(folder)
+
+
+register_objective(Objective("distill", datamodule=_datamodule, module=_module, export=_export))

@@ -203,7 +203,7 @@ def test_utility_ranking_metrics_reward_the_teachers_order():
 
 # ---------------------------------------------------------------------------------------------- views, mixture
 def test_authority_reads_the_issuer_table_then_the_source_then_the_default():
-    from omnimed.methods.polyrag.views import AuthorityConfig, authority, check_views, TimelinessConfig
+    from omnimed.methods.polyrag.views import AuthorityConfig, TimelinessConfig, authority, check_views
 
     cfg = AuthorityConfig(issuers=[["national health board", 1.0], ["regional society", 0.6]],
                           sources={"book": 0.8}, default=0.3)
@@ -230,7 +230,13 @@ def test_timeliness_halves_per_half_life_from_the_newest_candidate_and_reads_dat
 
 
 def test_cover_takes_each_topics_best_before_any_topics_second_and_paper_weights_follow_the_domain():
-    from omnimed.methods.polyrag.mixture import PAPER_WEIGHTS, ComposabilityConfig, select, topics, weights_for
+    from omnimed.methods.polyrag.mixture import (
+        PAPER_WEIGHTS,
+        ComposabilityConfig,
+        select,
+        topics,
+        weights_for,
+    )
 
     y = [0.9, 0.8, 0.7, 0.2]
     topic = [0, 0, 0, 1]

@@ -42,7 +42,7 @@ def graded(scores: Sequence[float], levels: int = LEVELS) -> list[int]:
     lo, hi = min(scores), max(scores)
     if hi - lo < 1e-12:
         return [levels - 1] * len(scores)
-    return [int(round((s - lo) / (hi - lo) * (levels - 1))) for s in scores]
+    return [round((s - lo) / (hi - lo) * (levels - 1)) for s in scores]
 
 
 def encoder_key(name: str) -> str:

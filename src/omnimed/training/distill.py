@@ -59,7 +59,7 @@ class DistillDataModule(L.LightningDataModule):
                  for r in records]
         order = list(range(len(items)))
         random.Random(data_cfg.shuffle_seed).shuffle(order)
-        n_val = int(round(len(items) * data_cfg.val_fraction))
+        n_val = round(len(items) * data_cfg.val_fraction)
         self.val_items = [items[i] for i in order[:n_val]]
         self.train_items = [items[i] for i in order[n_val:]]
         self.num_examples = len(items)

@@ -11,6 +11,15 @@ from typing import Any, Optional
 from omnimed.data.records import MultipleChoiceQuestion, Passage
 
 
+def labelled_questions(cfg: Any, knowledge: Any) -> list[MultipleChoiceQuestion]:
+    """A labelling stage's questions: ``cfg.n_questions`` of each of ``cfg.splits`` (each split drawn on its own,
+    so a test set does not depend on how many training questions are asked for)."""
+    from omnimed.methods.stages import select_questions
+
+    return [q for split in cfg.splits for q in select_questions(cfg.questions, knowledge, split=split,
+                                                                  kinds=cfg.kinds, n=cfg.n_questions, seed=cfg.seed)]
+
+
 def passage_table(kb: Any) -> dict[str, Passage]:
     """Every text passage of the knowledge base by id (a chunk also under the passage it was cut from)."""
     table: dict[str, Passage] = {}

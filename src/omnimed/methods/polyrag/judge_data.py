@@ -21,9 +21,14 @@ from omnimed.data.artifacts import MAX_FAILED_SHARE, Failed, StageResult, descri
 from omnimed.data.records import MultipleChoiceQuestion, PromptCompletion
 from omnimed.generation.types import Request, SamplingParams
 from omnimed.methods.polyrag import prompts
-from omnimed.methods.polyrag.candidates import passage_table, search_candidates, text_sources, with_gold
+from omnimed.methods.polyrag.candidates import (
+    labelled_questions,
+    passage_table,
+    search_candidates,
+    text_sources,
+    with_gold,
+)
 from omnimed.methods.polyrag.judges import RELEVANCE_TASK, SUPPLEMENT_TASK
-from omnimed.methods.stages import select_questions
 
 STAGE = "polyrag_judge_data"
 #: judge -> (oracle task, prompt builder, labels)
@@ -74,8 +79,7 @@ def build_judge_data(cfg: JudgeDataConfig, *, teacher: Any, kb: Any, knowledge: 
         counts = stage.manifest()["judge_counts"]
         log(f"{STAGE}: already built in {stage.path} ({counts['examples']} pairs); nothing to do")
         return StageResult(stage.path, counts, True)
-    questions = [q for split in cfg.splits for q in select_questions(
-        cfg.questions, knowledge, split=split, kinds=cfg.kinds, n=cfg.n_questions, seed=cfg.seed)]
+    questions = labelled_questions(cfg, knowledge)
     table = passage_table(kb)
     done = stage.start()
     todo = [q for q in questions if q.id not in done]

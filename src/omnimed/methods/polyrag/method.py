@@ -38,7 +38,7 @@ from omnimed.methods.polyrag.mixture import (
     weights_for,
 )
 from omnimed.methods.polyrag.utility import UtilityConfig, build_utilities
-from omnimed.methods.registry import Method, Stage, register_method
+from omnimed.methods.registry import Stage, register_method
 
 
 @dataclass
@@ -111,6 +111,7 @@ class PolyRAG(ClosedBook):
         self._served: tuple[Any, Any] | None = None
         self._judges: dict[str, Any] = {}
         self._utility_encoder: Any = None
+        self._embedded: dict[int, dict[str, np.ndarray]] = {}
 
     def needs_knowledge(self) -> bool:
         return True
@@ -155,6 +156,15 @@ class PolyRAG(ClosedBook):
                                  "set pipeline.utility_encoder")
         return self._utility_encoder
 
+    def embed_docs(self, encoder: Any, passages: Sequence[Passage], texts: Sequence[str]) -> np.ndarray:
+        """Passage embeddings, each computed once per encoder in this run (queries' candidates overlap)."""
+        cache = self._embedded.setdefault(id(encoder), {})
+        todo = [i for i, p in enumerate(passages) if p.id not in cache]
+        if todo:
+            for i, vec in zip(todo, encoder.encode_docs([texts[i] for i in todo])):
+                cache[passages[i].id] = vec
+        return np.stack([cache[p.id] for p in passages])
+
     def rank(self, question_id: str, query: str, passages: Sequence[Passage], kb: Any) -> Ranked:
         """The candidates in PolyRAG's order with every view's score (see the module doc)."""
         if not passages:
@@ -162,14 +172,15 @@ class PolyRAG(ClosedBook):
         texts = [index_text(p) for p in passages]
         encoder = self.utility_encoder(kb)
         q = encoder.encode_queries([query])[0]
-        embedded = encoder.encode_docs(texts)
+        embedded = self.embed_docs(encoder, passages, texts)
         scores: dict[str, list[float]] = {"utility": (embedded @ q).tolist()}
         for view, task in (("relevance", judges.RELEVANCE_TASK), ("supplement", judges.SUPPLEMENT_TASK)):
             judge = self.judge(task, kb)
             if judge is not None:
                 scores[view] = judges.judge_scores(judge, task, question_id, query, passages)
             elif view == "relevance":
-                scores[view] = views.cosines(kb.encoder or encoder, query, texts).tolist()
+                rel = kb.encoder or encoder
+                scores[view] = (self.embed_docs(rel, passages, texts) @ rel.encode_queries([query])[0]).tolist()
             else:
                 scores[view] = [0.0] * len(passages)
         if self.cfg.normalize:

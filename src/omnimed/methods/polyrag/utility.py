@@ -27,13 +27,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from omnimed.data.artifacts import MAX_FAILED_SHARE, Failed, StageResult, atomic_write_text, describe_backend, open_stage
+from omnimed.data.artifacts import (
+    MAX_FAILED_SHARE,
+    Failed,
+    StageResult,
+    atomic_write_text,
+    describe_backend,
+    open_stage,
+)
 from omnimed.data.records import MultipleChoiceQuestion, Passage, UtilityExample
 from omnimed.generation.types import GenerationError, Request, SamplingParams
 from omnimed.knowledge.types import index_text
 from omnimed.methods.polyrag import prompts
-from omnimed.methods.stages import select_questions
-from omnimed.methods.polyrag.candidates import passage_table, search_candidates, text_sources, with_gold
+from omnimed.methods.polyrag.candidates import (
+    labelled_questions,
+    passage_table,
+    search_candidates,
+    text_sources,
+    with_gold,
+)
 
 STAGE = "polyrag_utility"
 TEACHERS = ("auto", "likelihood", "oracle")
@@ -67,13 +79,6 @@ class UtilityConfig:
 def gold_text(question: MultipleChoiceQuestion) -> str:
     """The answer a teacher's likelihood is taken of: the gold option's text (all of them, for several)."""
     return "; ".join(question.options[a] for a in question.answer)
-
-
-def labelled_questions(cfg: UtilityConfig, knowledge: Any) -> list[MultipleChoiceQuestion]:
-    """The questions of each of ``cfg.splits`` (each split drawn on its own, so the test set does not depend on
-    how many training questions are asked for)."""
-    return [q for split in cfg.splits for q in select_questions(cfg.questions, knowledge, split=split,
-                                                                  kinds=cfg.kinds, n=cfg.n_questions, seed=cfg.seed)]
 
 
 def teacher_kind(cfg: UtilityConfig, teacher: Any) -> str:

@@ -25,8 +25,6 @@ from datetime import date
 from functools import lru_cache
 from typing import Any, Optional
 
-import numpy as np
-
 from omnimed.data.records import Passage
 
 VIEWS: tuple[str, ...] = ("relevance", "utility", "supplement", "authority", "timeliness")
@@ -137,14 +135,6 @@ def timeliness(passages: Sequence[Passage], cfg: TimelinessConfig) -> list[float
         age = max((ref - d).days / 365.25, 0.0)
         out.append(math.pow(0.5, age / cfg.half_life_years))
     return out
-
-
-def cosines(encoder: Any, query: str, texts: Sequence[str]) -> np.ndarray:
-    """Cosine of the query with each text under a :class:`~omnimed.knowledge.encoders.TextEncoder` (its outputs
-    are normalised, so the inner product is the cosine)."""
-    q = encoder.encode_queries([query])[0]
-    docs = encoder.encode_docs(list(texts))
-    return docs @ q
 
 
 def minmax(values: Sequence[float]) -> list[float]:

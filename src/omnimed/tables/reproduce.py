@@ -356,8 +356,9 @@ def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_d
             cells[row.name] = {c: Cell(status=row_cell_status(row)) for c in manifest.columns}
     for i, plan in enumerate(plans, start=1):
         waiting = sorted({why for why in plan.pending.values()})
-        shown = [*plan.datasets, *(f"{key} ({col}: {' '.join(plan.column_extra[col])})"
-                                   for col, key in plan.alone.items())]
+        shown = [*plan.datasets, *(f"{key} ({', '.join(cols)}: {' '.join(extra)})"
+                                   for folder, datasets, extra in sweeps(plan, manifest) if folder
+                                   for key, cols in datasets.items())]
         log(f"[{i}/{len(plans)}] {plan.row.name}: {', '.join(shown) or 'nothing to run'}"
             + (f" (not run: {'; '.join(w.removeprefix('missing: ') for w in waiting)})" if waiting else ""))
         cells[plan.row.name] = {col: Cell(status=why) for col, why in plan.pending.items()}

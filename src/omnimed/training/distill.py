@@ -148,8 +148,11 @@ class DistillModule(L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1}}
 
     def export(self, folder: Path) -> None:
-        """The trained encoder as a sentence-transformers folder (safetensors)."""
-        self.encoder.save(str(folder), safe_serialization=True)
+        """The trained encoder as a sentence-transformers folder (safetensors), swapped into place whole."""
+        from omnimed.data.artifacts import atomic_path
+
+        with atomic_path(folder, is_dir=True) as tmp:
+            self.encoder.save(str(tmp), safe_serialization=True)
 
 
 def _datamodule(cfg: Any, records: list, tokenizer: Any) -> DistillDataModule:

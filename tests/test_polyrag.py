@@ -351,3 +351,21 @@ def test_the_embedder_and_judge_presets_compose_with_the_papers_settings():
     assert judge.model.lora.enabled and judge.data.batch_size == 4 and judge.trainer.max_epochs == 5
     assert mini.model.name == "minilm-l6" and mini.data.path == "/r/builds/polyrag-miniature/utility"
     assert mini_judge.model.name == "smollm2-135m" and mini_judge.data.record_kind == "prompt_completion"
+
+
+def test_the_view_ablation_is_a_table_of_ours_and_may_carry_no_published_number(tmp_path):
+    import yaml
+
+    from omnimed.tables.manifest import ManifestError, load_manifest
+
+    src = Path(__file__).resolve().parents[1] / "experiments" / "polyrag" / "ablation.yaml"
+    m = load_manifest(src)
+    assert m.unpublished and all(not r.published for r in m.rows) and len(m.rows) == 8
+    data = yaml.safe_load(src.read_text())
+    data["rows"][0]["published"] = {"CARE/HIT@3": 50.0}
+    data.pop("prepare")
+    bad = tmp_path / "experiments" / "polyrag" / "ablation.yaml"
+    bad.parent.mkdir(parents=True)
+    bad.write_text(yaml.safe_dump(data))
+    with pytest.raises((ManifestError, ValueError), match="unpublished: true, but rows carry published numbers"):
+        load_manifest(bad)

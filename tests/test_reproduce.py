@@ -61,7 +61,9 @@ def test_every_shipped_manifest_is_valid():
     for path in paths:
         m = load_manifest(path)
         assert m.rows and m.columns, path
-        assert any(v is not None for r in m.rows for v in r.published.values()), f"{path}: no published number"
+        # a transcribed table has published numbers; an ablation of ours the paper does not print says so
+        assert m.unpublished or any(v is not None for r in m.rows for v in r.published.values()), \
+            f"{path}: no published number (a table the paper does not print: unpublished: true)"
 
 
 def test_every_runnable_row_of_every_shipped_table_composes_at_every_preset():

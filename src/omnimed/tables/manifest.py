@@ -133,6 +133,8 @@ class TableManifest(BaseModel):
     presets: dict[str, list[str]]
     rows: list[Row]
     note: str = ""
+    # a table of ours that the paper describes but does not print (an ablation): no row may carry a published number
+    unpublished: bool = False
 
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo) -> TableManifest:
@@ -162,6 +164,8 @@ class TableManifest(BaseModel):
             if odd:
                 raise ValueError(f"row {row.name!r}: column_overrides for unknown columns {sorted(odd)}; columns are "
                                  f"{self.columns}")
+        if self.unpublished and any(v is not None for r in self.rows for v in r.published.values()):
+            raise ValueError("unpublished: true, but rows carry published numbers; an unpublished table has none")
         odd_scales = set(self.scales) - set(self.columns)
         if odd_scales:
             raise ValueError(f"scales: unknown columns {sorted(odd_scales)}; columns are {self.columns}")

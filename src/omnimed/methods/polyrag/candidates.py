@@ -59,3 +59,12 @@ def with_gold(candidates: list[Passage], question: MultipleChoiceQuestion, table
         out.insert(rng.randint(0, len(out)), table[pid])
         have.add(pid)
     return out
+
+
+def labelling_windows(kb: Any, questions: Sequence[MultipleChoiceQuestion], cfg: Any, *, sources: Sequence[str],
+                      table: dict[str, Passage], add_gold: bool = True) -> list[list[Passage]]:
+    """What a labelling stage judges for each question: its ``cfg.candidates`` first-stage passages (found with
+    ``cfg.retriever``), plus its gold passages with ``add_gold``."""
+    found = search_candidates(kb, [q.question for q in questions], cfg.candidates, sources=sources,
+                              method=cfg.retriever)
+    return [with_gold(c, q, table, cfg.seed) if add_gold else c for q, c in zip(questions, found)]

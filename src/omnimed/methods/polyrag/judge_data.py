@@ -23,10 +23,9 @@ from omnimed.generation.types import Request, SamplingParams
 from omnimed.methods.polyrag import prompts
 from omnimed.methods.polyrag.candidates import (
     labelled_questions,
+    labelling_windows,
     passage_table,
-    search_candidates,
     text_sources,
-    with_gold,
 )
 from omnimed.methods.polyrag.judges import RELEVANCE_TASK, SUPPLEMENT_TASK
 
@@ -87,11 +86,8 @@ def build_judge_data(cfg: JudgeDataConfig, *, teacher: Any, kb: Any, knowledge: 
     params = SamplingParams(max_new_tokens=4, temperature=0.0, seed=cfg.seed)
 
     def work(batch: Sequence[MultipleChoiceQuestion]) -> list[dict[str, Any] | Failed]:
-        found = search_candidates(kb, [q.question for q in batch], cfg.candidates, sources=sources,
-                                  method=cfg.retriever)
         out: list[dict[str, Any] | Failed] = []
-        for q, cands in zip(batch, found):
-            passages = with_gold(cands, q, table, cfg.seed)
+        for q, passages in zip(batch, labelling_windows(kb, batch, cfg, sources=sources, table=table)):
             requests = [Request(build(q.question, p), {"task": task, "question_id": q.id, "passage_id": p.id})
                         for p in passages]
             gens = [g[0] for g in teacher.generate(requests, params)]

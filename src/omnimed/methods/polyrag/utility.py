@@ -41,10 +41,9 @@ from omnimed.knowledge.types import index_text
 from omnimed.methods.polyrag import prompts
 from omnimed.methods.polyrag.candidates import (
     labelled_questions,
+    labelling_windows,
     passage_table,
-    search_candidates,
     text_sources,
-    with_gold,
 )
 
 STAGE = "polyrag_utility"
@@ -147,11 +146,9 @@ def build_utilities(cfg: UtilityConfig, *, teacher: Any, kb: Any, knowledge: Any
         f"-> {stage.path}")
 
     def work(batch: Sequence[MultipleChoiceQuestion]) -> list[dict[str, Any] | Failed]:
-        found = search_candidates(kb, [q.question for q in batch], cfg.candidates, sources=sources,
-                                  method=cfg.retriever)
+        windows = labelling_windows(kb, batch, cfg, sources=sources, table=table, add_gold=cfg.add_gold)
         out: list[dict[str, Any] | Failed] = []
-        for q, cands in zip(batch, found):
-            passages = with_gold(cands, q, table, cfg.seed) if cfg.add_gold else cands
+        for q, passages in zip(batch, windows):
             try:
                 scores = (oracle_utilities if kind == "oracle" else likelihood_utilities)(teacher, q, passages)
             except GenerationError as exc:  # a failed teacher call: asked again by the next run

@@ -1,10 +1,12 @@
-"""Where PolyRAG's ranking finds or loses the gold passage, per view, on one world question kind.
+"""Where PolyRAG's ranking finds or loses the gold passage in table 1's candidate pools, per view and per DBSCAN
+``eps`` of the topic cover, on one world question kind.
 
-For each test question of ``kind`` (searched in its gold source, as table 1 queries it): is the gold among the
-``candidates`` first-stage passages; is it in the first stage's top 3; and is it in the top 3 of PolyRAG's y, of
-y without the topic cover, and of each view alone (strictly: ties with the 4th do not count). Prints shares.
+Each question of ``kind`` in ``--split`` gets table 1's pool (its 15 first-stage passages across the text sources
+plus its gold). Printed: the share of questions with a gold passage in the top 3 of BM25 / MiniLM / hybrid over the
+pool, of each view alone, of y without the cover, and of y under the cover for each ``--eps`` (the paper does not
+state DBSCAN's settings; choose them on ``--split dev``, report on test). Views are computed once per question.
 
-    .venv/bin/python scripts/polyrag_views_probe.py treatment policy 200 \\
+    .venv/bin/python scripts/polyrag_views_probe.py treatment policy 128 --split dev \\
         --utility-encoder checkpoints/utility_embed/polyrag-utility-embed-miniature/hf
 """
 
@@ -16,11 +18,14 @@ from pathlib import Path
 import numpy as np
 from omegaconf import OmegaConf
 
-from omnimed.evaluation.retrieval import world_queries
+from omnimed.evaluation.retrieval import candidate_pools, pooled_queries, world_queries
 from omnimed.knowledge.build import build_knowledge_base
 from omnimed.knowledge.config import KnowledgeConfig
 from omnimed.knowledge.corpus import world_of
+from omnimed.knowledge.pools import PoolRanker
+from omnimed.knowledge.types import index_text
 from omnimed.methods.polyrag.method import PolyRAG, PolyRAGConfig
+from omnimed.methods.polyrag.mixture import ComposabilityConfig, select, topics
 
 VIEWS = ("relevance", "utility", "authority", "timeliness")
 
@@ -36,37 +41,50 @@ def main() -> None:
     ap.add_argument("kind")
     ap.add_argument("domain")
     ap.add_argument("n", type=int)
+    ap.add_argument("--split", default="test")
+    ap.add_argument("--eps", default="0.02,0.035,0.05,0.075,0.1,0.15")
     ap.add_argument("--knowledge", default="conf/knowledge/world_table.yaml")
+    ap.add_argument("--encoder", default="minilm-l6", help="the knowledge base's dense encoder (table 1's preset)")
     ap.add_argument("--utility-encoder", default=None)
     args = ap.parse_args()
     kcfg = _yaml(args.knowledge, KnowledgeConfig)
+    kcfg.dense.encoder = args.encoder
     kb = build_knowledge_base(kcfg, Path("."), progress=False)
-    questions = [q for q in world_of(kcfg).questions if q.split == "test" and q.metadata.get("kind") == args.kind]
-    queries = [q for q in world_queries(questions, kb.sources) if q.source != "graph"][: args.n]
+    questions = [q for q in world_of(kcfg).questions if q.split == args.split and q.metadata.get("kind") == args.kind]
+    queries = pooled_queries(world_queries(questions, kb.sources))[: args.n]
+    pools = candidate_pools(kb, queries, 15)
     cfg = _yaml("conf/pipeline/polyrag.yaml", PolyRAGConfig)
     cfg.domain, cfg.utility_encoder = args.domain, args.utility_encoder
+    cfg.composability.constraint = "none"  # y's own order; the cover is applied below per eps
     method = PolyRAG(cfg)
     method._judges = {"polyrag_relevance": None, "polyrag_supplement": None}  # no judges: cosine R, no S
-    found: dict[str, list[bool]] = {k: [] for k in ("in_candidates", "first_stage_top3", "y_top3", "y_no_cover_top3",
-                                                    *VIEWS)}
+    encoder, ranker = method.utility_encoder(kb), PoolRanker(kb)
+    eps_values = [float(e) for e in args.eps.split(",")]
+    found: dict[str, list[bool]] = {}
     for rq in queries:
-        cands = [h.passage for h in kb.search(rq.source, rq.text, cfg.candidates)]
-        gold = [i for i, p in enumerate(cands) if str(p.metadata.get("chunk_of", p.id)) in rq.gold]
-        found["in_candidates"].append(bool(gold))
-        if not gold:
-            for key in list(found)[1:]:
-                found[key].append(False)
-            continue
-        gid = cands[gold[0]].id
-        found["first_stage_top3"].append(gold[0] < 3)
-        ranked = method.rank(rq.id.rsplit("@", 1)[0], rq.text, cands, kb)
-        rows = {p.id: row for p, row in zip(ranked.passages, ranked.views)}
-        found["y_top3"].append(gid in [p.id for p in ranked.passages[:3]])
-        found["y_no_cover_top3"].append(gid in sorted(rows, key=lambda pid: -rows[pid]["y"])[:3])
-        for view in VIEWS:
-            values = sorted((row[view] for row in rows.values()), reverse=True)
-            found[view].append(rows[gid][view] > values[3] if len(values) > 3 else True)
-    print(args.kind, args.domain, len(queries), {k: round(float(np.mean(v)), 3) for k, v in found.items()})
+        pool = pools[rq.id]
+        gold = [str(p.metadata.get("chunk_of", p.id)) in rq.gold for p in pool]
+
+        def top3(order: list[int], gold: list[bool] = gold) -> bool:
+            return any(gold[i] for i in order[:3])
+
+        for name in ("bm25", "dense", "hybrid"):
+            hits = ranker.rank(rq.text, pool, name, 3)
+            found.setdefault(name, []).append(any(str(h.doc_id) in rq.gold for h in hits))
+        ranked = method.rank(rq.id.rsplit("@", 1)[0], rq.text, pool, kb)
+        by_id = {p.id: row for p, row in zip(ranked.passages, ranked.views)}
+        rows = [by_id[p.id] for p in pool]
+        for view in (*VIEWS, "y"):
+            found.setdefault("y, no cover" if view == "y" else f"{view} alone", []).append(
+                top3(sorted(range(len(pool)), key=lambda i, v=view: -rows[i][v])))
+        embedded = method.embed_docs(encoder, pool, [index_text(p) for p in pool])  # cached by rank()
+        y = [row["y"] for row in rows]
+        for eps in eps_values:
+            topic = topics(embedded, ComposabilityConfig(eps=eps, min_samples=cfg.composability.min_samples))
+            found.setdefault(f"y, cover eps {eps}", []).append(top3(select(y, topic, 3, "cover")))
+    print(f"{args.kind} ({args.domain}), {args.split}, {len(queries)} questions, gold in the top 3:")
+    for key, values in found.items():
+        print(f"  {key:22s} {100 * float(np.mean(values)):5.1f}")
 
 
 if __name__ == "__main__":

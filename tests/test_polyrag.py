@@ -276,19 +276,25 @@ def test_judge_data_labels_pairs_as_the_oracle_does_and_caps_each_label(tmp_path
                          knowledge=k, log=quiet)
 
 
-def test_polyrag_reranks_through_omnimed_evaluate_and_keeps_every_views_score(tmp_path):
+@pytest.mark.parametrize("pool", [None, 4], ids=["searched", "candidate-pool"])
+def test_polyrag_reranks_through_omnimed_evaluate_and_keeps_every_views_score(tmp_path, pool):
     out = tmp_path / "run"
     res = subprocess.run(
         [str(BIN / "omnimed-evaluate"), "task=retrieval", "task.queries=world", "task.methods=[dense,polyrag]",
          "pipeline=polyrag", "pipeline.domain=care", "backend=oracle", "knowledge=world_tiny", "logger=none",
-         "task.k=3", "task.ks=[3]", f"paths.root={tmp_path}", f"paths.cache={tmp_path}/cache",
-         f"hydra.run.dir={out}"], cwd=tmp_path, text=True, capture_output=True, timeout=600, check=False)
+         f"task.k={10 if pool else 3}", "task.ks=[3]", f"paths.root={tmp_path}", f"paths.cache={tmp_path}/cache",
+         f"hydra.run.dir={out}", *([f"task.candidates={pool}"] if pool else [])],
+        cwd=tmp_path, text=True, capture_output=True, timeout=600, check=False)
     assert res.returncode == 0, res.stderr[-3000:]
     metrics = json.loads((out / "metrics.json").read_text())
     assert 0 <= metrics["polyrag/hit@3"] <= 1 and metrics["polyrag/queries"] == metrics["dense/queries"]
     rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
     mine = [r for r in rows if r["method"] == "polyrag"]
-    assert mine and all(len(r["hits"]) <= 3 for r in mine)
+    assert mine and all(len(r["hits"]) <= (10 if pool else 3) for r in mine)
+    if pool:  # PolyRAG orders the very pool the dense row orders (k=10 holds a whole pool)
+        dense = {r["query_id"]: sorted(h["id"] for h in r["hits"]) for r in rows if r["method"] == "dense"}
+        assert all(r["query_id"].endswith("@pool") and sorted(h["id"] for h in r["hits"]) == dense[r["query_id"]]
+                   for r in mine)
     views = mine[0]["hits"][0]["views"]
     assert set(views) == {"relevance", "utility", "supplement", "authority", "timeliness", "y", "topic"}
     w = {"relevance": 0.35, "utility": 0.35, "supplement": 0.1, "authority": 0.2, "timeliness": 0.0}  # care

@@ -430,6 +430,16 @@ def test_the_smallest_detectable_difference_is_the_paired_half_width_of_the_most
     assert question_outcomes(run, "utility/accuracy") == {"e1#0": True}
     assert question_outcomes(run, "accuracy") == {"e1#0": True, "e2#0": False}
     assert question_outcomes(run, "hit@10") is None and question_outcomes(tmp_path, "accuracy") is None
+    # a retrieval HIT@k column: per query, the method's first gold rank within k
+    ret = tmp_path / "ret"
+    ret.mkdir()
+    (ret / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [
+        {"method": "bm25", "query_id": "q1@pool", "first_gold_rank": 3},
+        {"method": "bm25", "query_id": "q2@pool", "first_gold_rank": None},
+        {"method": "dense", "query_id": "q1@pool", "first_gold_rank": 4}]))
+    assert question_outcomes(ret, "bm25/hit@3") == {"q1@pool": True, "q2@pool": False}
+    assert question_outcomes(ret, "dense/hit@3") == {"q1@pool": False}
+    assert question_outcomes(ret, "bm25/ndcg@3") is None
 
 
 def test_training_seeds_train_each_seed_once_and_the_table_states_the_spread(tmp_path):

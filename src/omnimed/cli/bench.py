@@ -11,6 +11,11 @@
                            --out outputs/bench/scoring.json]
     omnimed-bench plan [--planner smollm2-135m --backends hf vllm --world-size table --questions 16
                         --max-new-tokens 256 --out outputs/bench/plan.json]
+    omnimed-bench polyview [--queries 20 --warmup 2 --candidates 15 --world-size small --threads 2
+                            --relevance-judge smollm2-135m --supplement-judge smollm2-135m --utility-encoder minilm-l6
+                            --domain inquiry --goal-ms 200 --out outputs/bench/polyview.json]
+    omnimed-bench distill [--steps 20 --warmup 3 --batch-size 4 --window 8 --threads 2 --repeats 1 --world-size small
+                           --dropout/--no-dropout --isolate/--no-isolate --sides ours st --out outputs/bench/distill.json]
 
 ``train`` runs our SFT step (Lightning + ``SFTModule``) and TRL's ``SFTTrainer`` on the same model, data and
 settings, each side in its own child process, and prints tokens/s, step time, peak RSS, first-step loss and the
@@ -22,7 +27,12 @@ DPO: our ``DPOModule`` against TRL's ``DPOTrainer`` on the same preference pairs
 the real corpora (``$OMNIMED_REALDATA``; skipped when unset) and checks the targets (see ``omnimed.bench.retrieval``).
 ``scoring`` times Self-BioRAG's branch scoring on the hf backend with and without its prompt caches (see
 ``omnimed.bench.scoring``). ``plan`` times Omni-RAG's planner, seconds per sample on each backend (see
-``omnimed.bench.plan``).
+``omnimed.bench.plan``). ``polyview`` times PolyRAG scoring one query's 15 candidates with every view (LM relevance
+and supplement judges on the hf backend, the utility encoder, authority, timeliness, the mixture and the DBSCAN
+selection), cold, milliseconds per query against the 200 ms goal (see ``omnimed.bench.polyview``). ``distill`` runs
+our utility-distillation step (Lightning + ``DistillModule``) and sentence-transformers'
+``SentenceTransformerTrainer`` with the same listwise KL on the same model, batches and settings, each side in its
+own process, and compares samples/s (see ``omnimed.bench.distill``).
 """
 
 from __future__ import annotations
@@ -137,6 +147,55 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--batch-size", type=int, default=8)
     plan.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     plan.add_argument("--out", default="outputs/bench/plan.json", help="result JSON (written atomically)")
+
+    from omnimed.bench.polyview import PolyviewBenchConfig
+
+    v = PolyviewBenchConfig()
+    polyview = sub.add_parser("polyview", help="PolyRAG with every view: milliseconds per query (15 candidates, cold)")
+    polyview.add_argument("--queries", type=int, default=v.queries, help="queries timed (distinct world questions)")
+    polyview.add_argument("--warmup", type=int, default=v.warmup, help="untimed queries first (models load there)")
+    polyview.add_argument("--candidates", type=int, default=v.candidates, help="first-stage passages per query")
+    polyview.add_argument("--world-size", default=v.world_size)
+    polyview.add_argument("--relevance-judge", default=v.relevance_judge,
+                          help="a conf/model name or a trained relevance judge's export (hf backend)")
+    polyview.add_argument("--supplement-judge", default=v.supplement_judge,
+                          help="a conf/model name or a trained supplement judge's export (hf backend)")
+    polyview.add_argument("--utility-encoder", default=v.utility_encoder,
+                          help="a conf/model encoder name or the distilled embedder's export")
+    polyview.add_argument("--domain", choices=("inquiry", "policy", "care"), default=v.domain,
+                          help="the paper's view weights of this domain")
+    polyview.add_argument("--batch-size", type=int, default=v.batch_size, help="the judges' rows per forward pass")
+    polyview.add_argument("--device", default=v.device, help="where the judges run (cpu | cuda)")
+    polyview.add_argument("--threads", type=int, default=v.threads, help="torch.set_num_threads")
+    polyview.add_argument("--goal-ms", type=float, default=v.goal_ms, help="latency goal for the median query")
+    polyview.add_argument("--out", default="outputs/bench/polyview.json", help="result JSON (written atomically)")
+
+    from omnimed.bench.distill import SIDES as DISTILL_SIDES
+    from omnimed.bench.distill import DistillBenchConfig
+
+    k = DistillBenchConfig()
+    distill = sub.add_parser("distill", help="our distillation step against SentenceTransformerTrainer (samples/s)")
+    distill.add_argument("--steps", type=int, default=k.steps, help="timed steps (after warmup)")
+    distill.add_argument("--warmup", type=int, default=k.warmup, help="untimed warmup steps")
+    distill.add_argument("--batch-size", type=int, default=k.batch_size, help="queries per step")
+    distill.add_argument("--window", type=int, default=k.window, help="passages per query")
+    distill.add_argument("--threads", type=int, default=k.threads, help="torch.set_num_threads in each side")
+    distill.add_argument("--lr", type=float, default=k.lr)
+    distill.add_argument("--temperature", type=float, default=k.temperature, help="the student's softmax temperature")
+    distill.add_argument("--teacher-temperature", type=float, default=k.teacher_temperature)
+    distill.add_argument("--dropout", action=argparse.BooleanOptionalAction, default=k.dropout,
+                         help="train with the model's dropout (--no-dropout: every step's loss must match)")
+    distill.add_argument("--seed", type=int, default=k.seed)
+    distill.add_argument("--world-size", default=k.world_size, help="the world whose oracle labels the queries")
+    distill.add_argument("--repeats", type=int, default=k.repeats,
+                         help="run both sides this many times, alternating the order; medians are compared")
+    distill.add_argument("--sides", nargs="+", choices=DISTILL_SIDES, default=list(k.sides))
+    distill.add_argument("--st-optim", default=k.st_optim,
+                         help="the st side's TrainingArguments.optim (adamw_torch: torch's AdamW, as ours)")
+    distill.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=k.isolate,
+                         help="each side in its own process (--no-isolate: both in this one, one after the other)")
+    distill.add_argument("--goal-ratio", type=float, default=k.goal_ratio, help="ours/st samples/s goal")
+    distill.add_argument("--out", default="outputs/bench/distill.json", help="result JSON (written atomically)")
     return parser
 
 
@@ -408,6 +467,113 @@ def run_plan(args: argparse.Namespace, out_console: Console | None = None) -> di
     return result
 
 
+def polyview_table(result: dict[str, Any]) -> Table:
+    """Milliseconds per query, each part's median and share, the goal."""
+    cfg, hw = result["config"], result["hardware"]
+    table = Table(
+        title=f"omnimed-bench polyview: PolyRAG rank, {result['queries']} cold queries x "
+              f"{result['candidates_per_query']} candidates, every view; judges {cfg['relevance_judge']} / "
+              f"{cfg['supplement_judge']} (hf, {result['device']}), utility {cfg['utility_encoder']}, "
+              f"{result['threads']} threads",
+        caption=f"{hw['cpu']}, {hw['cores']} usable cores; load avg 1m {hw['load_avg_1m']:.2f} at start, "
+                f"{hw.get('load_avg_1m_end', float('nan')):.2f} at end")
+    table.add_column("metric")
+    table.add_column("ms", justify="right")
+    table.add_column("share of the median", justify="right")
+    table.add_row("median per query", _fmt(result["median_ms"], 5), "")
+    table.add_row("p90 per query", _fmt(result["p90_ms"], 5), "")
+    table.add_row("mean / min / max", " / ".join(_fmt(result[k], 5) for k in ("mean_ms", "min_ms", "max_ms")), "")
+    table.add_row("median per candidate", _fmt(result["ms_per_candidate"], 4), "")
+    table.add_section()
+    for part, ms in result["parts_median_ms"].items():
+        table.add_row(f"  {part} (median)", _fmt(ms, 4), _fmt(result["parts_share"].get(part), 3))
+    table.add_section()
+    table.add_row(f"goal: median <= {_fmt(result['goal_ms'])} ms", "", "met" if result["meets_goal"] else "NOT met")
+    return table
+
+
+def run_polyview(args: argparse.Namespace, out_console: Console | None = None) -> dict[str, Any]:
+    """``omnimed-bench polyview``: run :func:`~omnimed.bench.polyview.bench_polyview`, print, write JSON."""
+    from omnimed.bench.polyview import PolyviewBenchConfig, bench_polyview
+
+    cfg = PolyviewBenchConfig(queries=args.queries, warmup=args.warmup, candidates=args.candidates,
+                              world_size=args.world_size, relevance_judge=args.relevance_judge,
+                              supplement_judge=args.supplement_judge, utility_encoder=args.utility_encoder,
+                              domain=args.domain, batch_size=args.batch_size, device=args.device,
+                              threads=args.threads, goal_ms=args.goal_ms)
+    cons = out_console or console
+    result = bench_polyview(cfg, log=cons.print)
+    _publish(result, polyview_table(result), args.out, cons, f" ({result['wall_s']} s)")
+    return result
+
+
+DISTILL_ROWS: list[tuple[str, str, int]] = [
+    ("samples/s (queries)", "samples_per_s", 5),
+    ("samples/s at median step time", "samples_per_s_median_step", 5),
+    ("mean step time (s)", "mean_step_s", 4),
+    ("median step time (s)", "median_step_s", 4),
+    ("CPU s per step (all threads)", "cpu_seconds_per_step", 4),
+    ("first-step loss", "first_step_loss", 7),
+    ("loss at init, eval mode, first batch", "init_loss_eval", 7),
+    ("peak RSS (MB)", "peak_rss_mb", 5),
+    ("RSS after model load (MB)", "rss_after_model_load_mb", 5),
+    ("threads in loop", "threads", 4),
+    ("setup (s)", "setup_s", 4),
+    ("optimizer", "optimizer", 4),
+]
+
+
+def distill_table(result: dict[str, Any]) -> Table:
+    """Ours and sentence-transformers' median runs side by side, then the ratios, loss checks and goal."""
+    cfg, hw, data = result["config"], result["hardware"], result["data"]
+    versions = hw["versions"]
+    table = Table(
+        title=f"omnimed-bench distill: {cfg['model']}, batch {cfg['batch_size']} queries x window {cfg['window']}, "
+              f"{cfg['threads']} threads, W={cfg['warmup']} N={cfg['steps']}, {cfg['repeats']} repeat(s), dropout "
+              f"{'on' if cfg['dropout'] else 'off'}, {'a process per side' if cfg['isolate'] else 'one process'}; "
+              f"{data['examples']} oracle-labelled queries ({data['world_size']} world)",
+        caption=f"{hw['cpu_model']}, {hw['usable_cores']} usable cores, torch {versions['torch']}, lightning "
+                f"{versions['lightning']}, sentence-transformers {versions['sentence-transformers']}; load avg "
+                f"before {hw['load_average']} after {hw.get('load_average_after')}")
+    sides = [s for s in ("ours", "st") if s in result]
+    table.add_column("metric")
+    for side in sides:
+        table.add_column(side, justify="right")
+    for label, key, digits in DISTILL_ROWS:
+        table.add_row(label, *(_fmt(result[s].get(key), digits) for s in sides))
+    comp = result.get("comparison")
+    if comp:
+        table.add_section()
+        table.add_row("ours / st samples/s", _fmt(comp["ratio_samples_per_s"]),
+                      f"goal >= {comp['goal_ratio']}: {'met' if comp['meets_goal'] else 'NOT met'}")
+        table.add_row("ours / st samples/s (median step)", _fmt(comp["ratio_samples_per_s_median_step"]), "")
+        if len(result.get("ratios_per_repeat", [])) > 1:
+            table.add_row("ratio per repeat", ", ".join(map(str, result["ratios_per_repeat"])), "")
+        table.add_row("ours / st peak RSS", _fmt(comp["ratio_peak_rss"]), "")
+        table.add_row("loss at init |diff|", _fmt(comp["init_loss_abs_diff"], 3),
+                      f"match: {_fmt(comp['init_loss_match'])}")
+        table.add_row("first-step loss |diff|", _fmt(comp["first_step_loss_abs_diff"], 3),
+                      f"match: {_fmt(comp['first_step_loss_match'])}" if comp["first_step_loss_match"] is not None
+                      else "dropout on: masks differ")
+        table.add_row("same first batch", _fmt(comp["same_first_batch"]), "")
+    return table
+
+
+def run_distill(args: argparse.Namespace, out_console: Console | None = None) -> dict[str, Any]:
+    """``omnimed-bench distill``: run :func:`~omnimed.bench.distill.bench_distill`, print, write JSON."""
+    from omnimed.bench.distill import DistillBenchConfig, bench_distill
+
+    cfg = DistillBenchConfig(steps=args.steps, warmup=args.warmup, batch_size=args.batch_size, window=args.window,
+                             threads=args.threads, lr=args.lr, temperature=args.temperature,
+                             teacher_temperature=args.teacher_temperature, dropout=args.dropout, seed=args.seed,
+                             world_size=args.world_size, repeats=args.repeats, sides=list(args.sides),
+                             st_optim=args.st_optim, isolate=args.isolate, goal_ratio=args.goal_ratio)
+    cons = out_console or console
+    result = bench_distill(cfg, log=cons.print)
+    _publish(result, distill_table(result), args.out, cons, f" ({result['wall_s']} s)")
+    return result
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "train":
@@ -422,6 +588,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_scoring(args)
     elif args.command == "plan":
         run_plan(args)
+    elif args.command == "polyview":
+        run_polyview(args)
+    elif args.command == "distill":
+        run_distill(args)
     return 0
 
 

@@ -111,7 +111,7 @@ REALDATA_FORMATS: dict[str, str] = {
 #: one retrieval query set per world question kind with gold passages (``world_treatment``): distinct columns
 WORLD_KIND_QUERIES: dict[str, str] = {f"world_{key.removeprefix('world_mcq_')}": kind
                                       for key, kind in WORLD_KIND_KEYS.items() if kind != "self-contained"}
-RETRIEVAL_QUERIES: tuple[str, ...] = ("world", *WORLD_KIND_QUERIES, "pubmedqa")
+RETRIEVAL_QUERIES: tuple[str, ...] = ("world", *WORLD_KIND_QUERIES, "pubmedqa", "medquad", "bioasq")
 
 
 #: what a miniature key holds, for table headers and plots (a miniature column is labelled by its content, not by
@@ -130,7 +130,9 @@ _HOLDS: dict[str, str] = {
 
 
 _RETRIEVAL_HOLDS: dict[str, str] = {"world": "world question -> gold passage",
-                                    "pubmedqa": "PubMedQA question -> its abstract",
+                                    "pubmedqa": "PubMedQA question -> its abstract (real)",
+                                    "medquad": "MedQuAD question -> its answer passages (real)",
+                                    "bioasq": "BioASQ question -> its gold snippets (task.file)",
                                     **{key: f"world {kind} question -> gold passage"
                                        for key, kind in WORLD_KIND_QUERIES.items()}}
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
-from omnimed.data.records import MultipleChoiceQuestion, OpenQuestion
+from omnimed.data.records import MultipleChoiceQuestion, OpenQuestion, Passage
 from omnimed.evaluation.datasets import RETRIEVAL_QUERIES, WORLD_KIND_QUERIES
 from omnimed.knowledge.types import Hit
 
@@ -32,9 +33,18 @@ class RetrievalTaskConfig:
     """Score a knowledge base's retrieval methods on (query, gold passages) sets.
 
     ``queries``: ``world`` (the world's questions of ``split``; every gold source is queried, the graph with
-    ``subject , question``), ``world_<kind>`` (its MCQs of one question kind: ``world_treatment``) or ``pubmedqa``
-    (real PubMedQA question -> its abstract, in the research source; needs ``knowledge=realdata``).
+    ``subject , question``), ``world_<kind>`` (its MCQs of one question kind: ``world_treatment``), ``pubmedqa``
+    (real PubMedQA question -> its abstract, in the research source; needs ``knowledge=realdata``), ``medquad``
+    (real MedQuAD question -> the answer passages filed under it, in the wiki source; ``knowledge=realdata``;
+    ``max_queries`` draws a seeded sample, since the file is ordered by collection) or ``bioasq`` (the BioASQ
+    golden JSON at ``file``, any year's: each question's snippets are its relevant set and the union of every
+    question's snippets is the corpus, a research-only knowledge base built for the file with the configured
+    knowledge base's index settings).
     ``methods``: bm25 | dense | hybrid | hybrid+rerank | bm25+rerank | dense+rerank.
+    ``candidates``: null searches each source's whole index; a number gives PolyEVAL's setting (PolyRAG section
+    4.2), where every method ranks the same pool per question: its ``candidates`` first-stage passages across the
+    text sources (``candidate_retriever``, null for the knowledge base's default) plus its gold text passages
+    (:mod:`omnimed.knowledge.pools`); queries are then one per question, named ``<id>@pool``.
     """
 
     name: str = "retrieval"
@@ -44,6 +54,9 @@ class RetrievalTaskConfig:
     methods: list[str] = field(default_factory=lambda: ["bm25", "dense", "hybrid", "hybrid+rerank"])
     k: int = 10
     ks: list[int] = field(default_factory=lambda: [1, 5, 10])
+    candidates: Optional[int] = None
+    candidate_retriever: Optional[str] = None
+    file: Optional[str] = None
 
 
 @dataclass
@@ -85,12 +98,46 @@ def paired_queries(questions: Iterable[MultipleChoiceQuestion], source: str) -> 
             if q.gold_passages]
 
 
-def run_method(kb, queries: Sequence[RetrievalQuery], method: str, k: int, pipeline: Any = None
-               ) -> dict[str, list[Hit]]:
+POOL = "pool"  # the source name of a question's query in a candidate-pool run
+
+
+def pooled_queries(queries: Sequence[RetrievalQuery]) -> list[RetrievalQuery]:
+    """One query per question over the text sources (its gold text passages together), for a pool run."""
+    merged: dict[str, RetrievalQuery] = {}
+    for q in queries:
+        if q.source == "graph":
+            continue
+        qid = q.id.rsplit("@", 1)[0]
+        merged.setdefault(qid, RetrievalQuery(f"{qid}@{POOL}", POOL, q.text)).gold |= q.gold
+    return list(merged.values())
+
+
+def candidate_pools(kb, queries: Sequence[RetrievalQuery], n: int, retriever: str | None = None
+                    ) -> dict[str, list[Passage]]:
+    """Each pooled query's candidates (:func:`omnimed.knowledge.pools.build_pools`), by query id."""
+    from omnimed.knowledge.pools import build_pools
+
+    found = build_pools(kb, [q.text for q in queries], [sorted(q.gold) for q in queries], n,
+                        keys=[q.id for q in queries], retriever=retriever)
+    return {q.id: pool for q, pool in zip(queries, found)}
+
+
+def run_method(kb, queries: Sequence[RetrievalQuery], method: str, k: int, pipeline: Any = None,
+               pools: dict[str, list[Passage]] | None = None) -> dict[str, list[Hit]]:
     """Search every query with ``method`` (text sources) or the concept store (graph); hits by query id.
-    ``pipeline``: a registered method that ranks passages itself, used when ``method`` is its name."""
+    ``pipeline``: a registered method that ranks passages itself, used when ``method`` is its name; ``pools``:
+    each query's candidate pool, which ``method`` then orders instead of searching (:func:`candidate_pools`)."""
     retriever, rerank = METHODS[method] if method in METHODS else (method, False)
     out: dict[str, list[Hit]] = {}
+    if pools is not None:
+        if pipeline is not None and method == pipeline.name:
+            ranked = pipeline.retrieve(kb, POOL, [(q.id.rsplit("@", 1)[0], q.text) for q in queries], k,
+                                       candidates=[pools[q.id] for q in queries])
+            return {q.id: hits for q, hits in zip(queries, ranked)}
+        from omnimed.knowledge.pools import PoolRanker
+
+        ranker = PoolRanker(kb)
+        return {q.id: ranker.rank(q.text, pools[q.id], method, k) for q in queries}
     by_source: dict[str, list[RetrievalQuery]] = {}
     for q in queries:
         by_source.setdefault(q.source, []).append(q)
@@ -129,15 +176,15 @@ def ir_metrics(
 
 def evaluate_methods(
     kb, queries: Sequence[RetrievalQuery], methods: Sequence[str], *, k: int = 10, ks: Sequence[int] = (1, 5, 10),
-    pipeline: Any = None,
+    pipeline: Any = None, pools: dict[str, list[Passage]] | None = None,
 ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, list[Hit]]]]:
     """Metrics per method (overall and ``<source>/<metric>``) and the hits behind them, for auditing;
-    ``pipeline``: as :func:`run_method`."""
+    ``pipeline``, ``pools``: as :func:`run_method`."""
     metrics: dict[str, dict[str, float]] = {}
     all_hits: dict[str, dict[str, list[Hit]]] = {}
     text_queries = [q for q in queries if q.source != "graph"]
     for method in methods:
-        hits = run_method(kb, text_queries, method, k, pipeline)
+        hits = run_method(kb, text_queries, method, k, pipeline, pools)
         all_hits[method] = hits
         row: dict[str, Any] = {"queries": len(text_queries), **ir_metrics(text_queries, hits, ks)}
         for source in sorted({q.source for q in text_queries}):
@@ -181,12 +228,70 @@ def load_queries(task, knowledge_cfg, kb) -> list[RetrievalQuery]:
 
         records = load_pubmedqa(realdata_root(knowledge_cfg) / PUBMEDQA_FILE)
         queries = paired_queries([r for r in records if isinstance(r, MultipleChoiceQuestion)], "research")
+    elif task.queries == "medquad":
+        queries = medquad_queries(kb, max_queries=task.max_queries)
+    elif task.queries == "bioasq":
+        from omnimed.data.loaders.pubmedqa_bioasq import load_bioasq
+
+        records = load_bioasq(_bioasq_file(task), include_other=True)
+        queries = paired_queries([r for r in records if not isinstance(r, Passage)], "research")
     else:
         raise ValueError(f"task.queries={task.queries!r}; expected one of {', '.join(RETRIEVAL_QUERIES)}")
     if not queries:
         raise ValueError(f"task.queries={task.queries} split={task.split}: no query has gold passages in "
                          f"the sources of {knowledge_cfg.name} ({', '.join(kb.sources)})")
     return queries[: task.max_queries] if task.max_queries else queries
+
+
+def medquad_queries(kb, *, max_queries: int | None = None, seed: int = 0) -> list[RetrievalQuery]:
+    """Real MedQuAD questions against the wiki source of ``knowledge=realdata``: each question text's relevant
+    set is every answer passage filed under it (several sites answer "What is (are) X ?"); ``max_queries``
+    draws a seeded sample of questions, since the file runs collection by collection."""
+    import random
+
+    if "wiki" not in kb.text_sources:
+        raise ValueError(f"task.queries=medquad reads MedQuAD from the wiki source; knowledge={kb.cfg.name} has none "
+                         "(use knowledge=realdata)")
+    gold: dict[str, set[str]] = {}
+    for p in kb.text_sources["wiki"].passages:
+        question = str(p.metadata.get("question") or "").strip()
+        if p.metadata.get("corpus") == "medquad" and question:
+            gold.setdefault(question, set()).add(str(p.metadata.get("chunk_of", p.id)))
+    texts = sorted(gold)
+    if max_queries and max_queries < len(texts):
+        texts = sorted(random.Random(seed).sample(texts, max_queries))
+    return [RetrievalQuery(f"medquad-{i:05d}@wiki", "wiki", text, gold[text]) for i, text in enumerate(texts)]
+
+
+def _bioasq_file(task) -> Path:
+    if not task.file:
+        raise ValueError("task.queries=bioasq reads a BioASQ golden JSON: set task.file=PATH")
+    path = Path(task.file).expanduser()
+    if not path.is_file():
+        raise ValueError(f"task.file={task.file}: no such file (task.queries=bioasq expects a BioASQ golden JSON)")
+    return path
+
+
+def bioasq_knowledge(task, kcfg, root: Path):
+    """A research-only knowledge config over the union of the snippets of the BioASQ file ``task.file``,
+    written once as a record set under ``<root>/builds/bioasq/<file digest>`` and indexed with ``kcfg``'s
+    settings (encoder, BM25, chunking)."""
+    import dataclasses
+    import hashlib
+
+    from omnimed.data.io import save_record_set
+    from omnimed.data.loaders.pubmedqa_bioasq import load_bioasq
+
+    path = _bioasq_file(task)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    out = root / "builds" / "bioasq" / digest
+    if not (out / "manifest.json").is_file():
+        passages = [r for r in load_bioasq(path, include_other=True) if isinstance(r, Passage)]
+        if not passages:
+            raise ValueError(f"task.file={task.file}: no question has snippets; nothing to retrieve from")
+        save_record_set(out, passages, extra={"from": str(path)})
+    return dataclasses.replace(kcfg, name=f"bioasq-{path.stem}-{digest[:8]}", corpus="files",
+                               sources=["research"], files={"research": [str(out)]})
 
 
 def ranking_pipeline(cfg: Any) -> Any:
@@ -226,8 +331,6 @@ def prediction_rows(queries: Sequence[RetrievalQuery], hits: dict[str, dict[str,
 def run_retrieval_evaluation(cfg, output_dir) -> RetrievalResult:
     """``omnimed-evaluate task=retrieval``: build or reuse the indexes, score every method, write
     ``metrics.json`` and ``predictions.jsonl`` into ``output_dir`` and log both to the configured logger."""
-    from pathlib import Path
-
     from omnimed.evaluation.runner import finish_run
     from omnimed.knowledge.build import build_knowledge_base
 
@@ -240,15 +343,24 @@ def run_retrieval_evaluation(cfg, output_dir) -> RetrievalResult:
         raise ValueError(f"task.methods: unknown {unknown}; expected some of {', '.join(METHODS)}{also}")
     if any(m.endswith("+rerank") for m in task.methods) and not kcfg.rerank.enabled:
         kcfg.rerank.enabled = True  # the comparison asks for it; the knowledge base's default stays as configured
+    if task.queries == "bioasq":
+        kcfg = bioasq_knowledge(task, kcfg, Path(cfg.paths.root))
     kb = build_knowledge_base(kcfg, Path(cfg.paths.root), progress=True)
     queries = load_queries(task, kcfg, kb)
-    metrics, hits = evaluate_methods(kb, queries, task.methods, k=task.k, ks=task.ks, pipeline=pipeline)
+    pools = None
+    if task.candidates is not None:
+        queries = pooled_queries(queries)
+        pools = candidate_pools(kb, queries, task.candidates, task.candidate_retriever)
+    metrics, hits = evaluate_methods(kb, queries, task.methods, k=task.k, ks=task.ks, pipeline=pipeline,
+                                     pools=pools)
 
     flat = {f"{method}/{name}": value for method, row in metrics.items() for name, value in row.items()}
     rows = prediction_rows(queries, hits)
     logger_dir = finish_run(cfg, output_dir, rows=rows, metrics=flat,
                             run_name=f"retrieval-{kcfg.name}-{task.queries}", job_type="evaluate-retrieval",
-                            lineage={"knowledge_dir": str(kb.directory), "queries": len(queries)},
+                            lineage={"knowledge_dir": str(kb.directory), "queries": len(queries),
+                                     "candidate_pool": task.candidates,
+                                     "pool_size": (sum(map(len, pools.values())) / len(pools)) if pools else None},
                             tables=_tables(metrics, rows))
     return RetrievalResult(metrics, output_dir, output_dir / "predictions.jsonl", logger_dir)
 

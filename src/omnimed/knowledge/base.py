@@ -68,6 +68,7 @@ class KnowledgeBase:
         encoder: Any = None,
         reranker: Any = None,
         directory: Any = None,
+        embeddings: Any = None,
     ) -> None:
         self.cfg = cfg
         self.text_sources = sources
@@ -75,6 +76,7 @@ class KnowledgeBase:
         self.encoder = encoder  # TextEncoder used by the dense indexes
         self.reranker = reranker
         self.directory = directory
+        self.embeddings = embeddings  # EmbeddingCache | None: document vectors on disk, by encoder fingerprint
 
     def __repr__(self) -> str:
         return f"KnowledgeBase({self.cfg.name!r}, sources={self.sources})"
@@ -183,6 +185,14 @@ class KnowledgeBase:
                 continue
             hits[source] = self.search_batch(source, plan.queries[source], k, method=method)
         return PlanSearch(plan, problems, hits)
+
+    def embed_docs(self, encoder: Any, texts: Sequence[str]) -> Any:
+        """Document vectors of ``texts`` by ``encoder`` (any encoder, not only the base's own), through the on-disk
+        embedding cache when the base has one: a reranker's passages are then encoded once per encoder across
+        runs (the base's own encoder finds every indexed passage there already)."""
+        if self.embeddings is None:
+            return encoder.encode_docs(list(texts))
+        return self.embeddings.embed(encoder, list(texts))
 
     # ------------------------------------------------------------------------------------------- internals
     def _text_source(self, source: str) -> SourceIndex:

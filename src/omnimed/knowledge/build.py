@@ -93,7 +93,8 @@ def build_knowledge_base(
     check_inputs(cfg)  # config and input paths first: a refused build loads no model and creates no folder
     base_dir = Path(root) / cfg.index_dir / cfg.name
     encoder = build_encoder(cfg) if "dense" in cfg.indexes else None
-    cache = EmbeddingCache(Path(root) / cfg.index_dir / "embeddings") if encoder is not None else None
+    embeddings = EmbeddingCache(Path(root) / cfg.index_dir / "embeddings")  # also serves rankers' own encoders
+    cache = embeddings if encoder is not None else None
     sources: dict[str, SourceIndex] = {}
     graph = None
     rows: list[dict[str, Any]] = []
@@ -117,7 +118,8 @@ def build_knowledge_base(
         "sources": {row["source"]: Path(row["directory"]).name for row in rows},
         "encoder": encoder.fingerprint if encoder is not None else None,
     })
-    return KnowledgeBase(cfg, sources, graph=graph, encoder=encoder, reranker=reranker, directory=base_dir)
+    return KnowledgeBase(cfg, sources, graph=graph, encoder=encoder, reranker=reranker, directory=base_dir,
+                         embeddings=embeddings)
 
 
 # ------------------------------------------------------------------------------------------------- graph

@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -95,6 +96,18 @@ def check_fingerprint(stored: dict[str, Any] | None, expected: dict[str, Any] | 
     )
 
 
+def _weights_digest(folder: Path) -> str:
+    """sha256 over the weight files of a local model folder (names and contents), the first 16 hex digits."""
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        if path.suffix in (".safetensors", ".bin") and path.is_file():
+            digest.update(str(path.relative_to(folder)).encode())
+            with path.open("rb") as fh:
+                for block in iter(lambda: fh.read(1 << 22), b""):
+                    digest.update(block)
+    return digest.hexdigest()[:16]
+
+
 def _model_entry(cfg: ModelConfig) -> dict[str, Any]:
     """The parts of a ModelConfig that change its embeddings (no machine-specific resolved paths)."""
     entry: dict[str, Any] = {
@@ -104,6 +117,9 @@ def _model_entry(cfg: ModelConfig) -> dict[str, Any]:
         "revision": cfg.revision,
         "dtype": cfg.dtype,
     }
+    local = Path(cfg.name_or_path).expanduser() if cfg.source == "hub" and cfg.name_or_path else None
+    if local is not None and local.is_dir():  # a trained export: same path, new weights must not reuse vectors
+        entry["weights"] = _weights_digest(local)
     if cfg.source == "packaged":
         from omnimed.models.errors import UnknownModelError
         from omnimed.models.packaged import get_packaged

@@ -86,10 +86,12 @@ class Method(ABC):
     def answer(self, questions: Sequence[Any], backend: Any, kb: Any, *, seed: int) -> list[Answer]:
         """One :class:`Answer` per question, in order. ``kb`` is None unless :meth:`needs_knowledge`."""
 
-    def retrieve(self, kb: Any, source: str, queries: Sequence[tuple[str, str]], k: int) -> list[list[Any]]:
+    def retrieve(self, kb: Any, source: str, queries: Sequence[tuple[str, str]], k: int, *,
+                 candidates: Sequence[Sequence[Any]] | None = None) -> list[list[Any]]:
         """For a method that ranks passages itself (a reranker, PolyRAG): the top ``k`` hits
-        (:class:`~omnimed.knowledge.types.Hit`) of ``source`` for each (question id, query text). The retrieval
-        task scores such a method as ``task.methods=[<name>]``; the others do not retrieve on their own."""
+        (:class:`~omnimed.knowledge.types.Hit`) of ``source`` for each (question id, query text), or of each
+        query's given ``candidates`` (a candidate-pool run). The retrieval task scores such a method as
+        ``task.methods=[<name>]``; the others do not retrieve on their own."""
         raise NotImplementedError(f"pipeline={self.name} does not rank passages on its own")
 
     def retrieves(self) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from itertools import combinations
 from pathlib import Path
@@ -20,8 +21,12 @@ Z95 = 1.959963984540054
 
 def question_outcomes(run_dir: Path, metric: str) -> dict[str, bool] | None:
     """Per question (and seed), whether the run got it right, for an accuracy metric (``accuracy``, or
-    ``<type>/accuracy`` of a critic run, read from the examples of that type); None for other metrics or a run
-    without ``predictions.jsonl``."""
+    ``<type>/accuracy`` of a critic run, read from the examples of that type) or a retrieval HIT@k
+    (``<method>/hit@k``: a gold passage among the method's first k); None for other metrics or a run without
+    ``predictions.jsonl``."""
+    hit = re.fullmatch(r"(?:(.+)/)?hit@(\d+)", metric)
+    if hit:
+        return _hit_outcomes(run_dir / "predictions.jsonl", hit.group(1), int(hit.group(2)))
     if metric == "accuracy":
         kind = None
     elif metric.endswith("/accuracy"):
@@ -38,6 +43,22 @@ def question_outcomes(run_dir: Path, metric: str) -> dict[str, bool] | None:
             if kind is not None and row.get("type") != kind:
                 continue
             out[f"{row.get('question_id', row.get('id'))}#{row.get('seed', 0)}"] = bool(row.get("correct"))
+    return out or None
+
+
+def _hit_outcomes(path: Path, method: str | None, k: int) -> dict[str, bool] | None:
+    """Per retrieval query: whether ``method``'s first gold passage ranks within ``k`` (rows of other methods
+    skipped; ``method`` None: the file's only method)."""
+    if not path.is_file():
+        return None
+    out: dict[str, bool] = {}
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            row = json.loads(line)
+            if "first_gold_rank" not in row or (method is not None and row.get("method") != method):
+                continue
+            rank = row["first_gold_rank"]
+            out[row["query_id"]] = rank is not None and rank <= k
     return out or None
 
 

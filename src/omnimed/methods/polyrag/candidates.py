@@ -4,11 +4,11 @@ that a window always holds the passages a teacher should rank first."""
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from typing import Any, Optional
 
 from omnimed.data.records import MultipleChoiceQuestion, Passage
+from omnimed.knowledge import pools
 
 
 def labelled_questions(cfg: Any, knowledge: Any) -> list[MultipleChoiceQuestion]:
@@ -18,16 +18,6 @@ def labelled_questions(cfg: Any, knowledge: Any) -> list[MultipleChoiceQuestion]
 
     return [q for split in cfg.splits for q in select_questions(cfg.questions, knowledge, split=split,
                                                                   kinds=cfg.kinds, n=cfg.n_questions, seed=cfg.seed)]
-
-
-def passage_table(kb: Any) -> dict[str, Passage]:
-    """Every text passage of the knowledge base by id (a chunk also under the passage it was cut from)."""
-    table: dict[str, Passage] = {}
-    for index in kb.text_sources.values():
-        for p in index.passages:
-            table.setdefault(p.id, p)
-            table.setdefault(str(p.metadata.get("chunk_of", p.id)), p)
-    return table
 
 
 def text_sources(kb: Any, sources: Optional[Sequence[str]], key: str) -> list[str]:
@@ -48,17 +38,9 @@ def search_candidates(kb: Any, queries: Sequence[str], n: int, *, sources: Seque
 
 def with_gold(candidates: list[Passage], question: MultipleChoiceQuestion, table: dict[str, Passage],
               seed: int) -> list[Passage]:
-    """``candidates`` plus the question's gold text passages not among them, each put at a position drawn with
-    ``seed`` (appending them would tell a student that the last passages are the useful ones)."""
-    have = {p.id for p in candidates} | {str(p.metadata.get("chunk_of", p.id)) for p in candidates}
-    out = list(candidates)
-    rng = random.Random(f"{seed}:{question.id}")
-    for pid in question.gold_passages:
-        if pid in have or pid not in table:
-            continue
-        out.insert(rng.randint(0, len(out)), table[pid])
-        have.add(pid)
-    return out
+    """``candidates`` plus the question's gold text passages, at positions drawn with ``seed``
+    (:func:`omnimed.knowledge.pools.with_gold`)."""
+    return pools.with_gold(candidates, question.gold_passages, table, f"{seed}:{question.id}")
 
 
 def labelling_windows(kb: Any, questions: Sequence[MultipleChoiceQuestion], cfg: Any, *, sources: Sequence[str],

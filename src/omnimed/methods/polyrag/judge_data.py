@@ -20,11 +20,11 @@ from typing import Any, Optional
 from omnimed.data.artifacts import MAX_FAILED_SHARE, Failed, StageResult, describe_backend, open_stage
 from omnimed.data.records import MultipleChoiceQuestion, PromptCompletion
 from omnimed.generation.types import Request, SamplingParams
+from omnimed.knowledge.pools import passage_table
 from omnimed.methods.polyrag import prompts
 from omnimed.methods.polyrag.candidates import (
     labelled_questions,
     labelling_windows,
-    passage_table,
     text_sources,
 )
 from omnimed.methods.polyrag.judges import RELEVANCE_TASK, SUPPLEMENT_TASK

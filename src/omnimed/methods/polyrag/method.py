@@ -156,12 +156,16 @@ class PolyRAG(ClosedBook):
                                  "set pipeline.utility_encoder")
         return self._utility_encoder
 
-    def embed_docs(self, encoder: Any, passages: Sequence[Passage], texts: Sequence[str]) -> np.ndarray:
-        """Passage embeddings, each computed once per encoder in this run (queries' candidates overlap)."""
+    def embed_docs(self, encoder: Any, passages: Sequence[Passage], texts: Sequence[str], kb: Any = None
+                   ) -> np.ndarray:
+        """Passage embeddings, each computed once per encoder in this run (queries' candidates overlap) and, with
+        ``kb``, read from or added to its on-disk embedding cache (the next run, an ablation row, reuses them)."""
         cache = self._embedded.setdefault(id(encoder), {})
         todo = [i for i, p in enumerate(passages) if p.id not in cache]
         if todo:
-            for i, vec in zip(todo, encoder.encode_docs([texts[i] for i in todo])):
+            missing = [texts[i] for i in todo]
+            vectors = kb.embed_docs(encoder, missing) if kb is not None else encoder.encode_docs(missing)
+            for i, vec in zip(todo, vectors):
                 cache[passages[i].id] = vec
         return np.stack([cache[p.id] for p in passages])
 
@@ -172,7 +176,7 @@ class PolyRAG(ClosedBook):
         texts = [index_text(p) for p in passages]
         encoder = self.utility_encoder(kb)
         q = encoder.encode_queries([query])[0]
-        embedded = self.embed_docs(encoder, passages, texts)
+        embedded = self.embed_docs(encoder, passages, texts, kb)
         scores: dict[str, list[float]] = {"utility": (embedded @ q).tolist()}
         for view, task in (("relevance", judges.RELEVANCE_TASK), ("supplement", judges.SUPPLEMENT_TASK)):
             judge = self.judge(task, kb)
@@ -180,7 +184,7 @@ class PolyRAG(ClosedBook):
                 scores[view] = judges.judge_scores(judge, task, question_id, query, passages)
             elif view == "relevance":
                 rel = kb.encoder or encoder
-                scores[view] = (self.embed_docs(rel, passages, texts) @ rel.encode_queries([query])[0]).tolist()
+                scores[view] = (self.embed_docs(rel, passages, texts, kb) @ rel.encode_queries([query])[0]).tolist()
             else:
                 scores[view] = [0.0] * len(passages)
         if self.cfg.normalize:
@@ -195,13 +199,17 @@ class PolyRAG(ClosedBook):
         return Ranked([passages[i] for i in order], rows)
 
     # ------------------------------------------------------------------------------------------- retrieval
-    def retrieve(self, kb: Any, source: str, queries: Sequence[tuple[str, str]], k: int) -> list[list[Hit]]:
-        """For the retrieval task: each (question id, query) searched in ``source`` for ``candidates`` passages,
-        reranked; hits carry every view's score in ``extra``."""
-        found = kb.search_batch(source, [text for _, text in queries], self.cfg.candidates, method=self.cfg.retriever)
+    def retrieve(self, kb: Any, source: str, queries: Sequence[tuple[str, str]], k: int, *,
+                 candidates: Sequence[Sequence[Passage]] | None = None) -> list[list[Hit]]:
+        """For the retrieval task: each (question id, query) searched in ``source`` for ``candidates`` passages
+        (or given its pool of ``candidates``), reranked; hits carry every view's score in ``extra``."""
+        if candidates is None:
+            found = kb.search_batch(source, [text for _, text in queries], self.cfg.candidates,
+                                    method=self.cfg.retriever)
+            candidates = [[h.passage for h in hits] for hits in found]
         out = []
-        for (qid, text), hits in zip(queries, found):
-            ranked = self.rank(qid, text, [h.passage for h in hits], kb)
+        for (qid, text), pool in zip(queries, candidates):
+            ranked = self.rank(qid, text, pool, kb)
             out.append([Hit(p, row["y"], rank, "polyrag", text, extra={"views": row})
                         for rank, (p, row) in enumerate(zip(ranked.passages[:k], ranked.views), start=1)])
         return out

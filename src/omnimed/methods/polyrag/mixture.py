@@ -24,10 +24,13 @@ CONSTRAINTS = ("cover", "none")
 @dataclass
 class ComposabilityConfig:
     """``constraint``: cover (Eq. 8: every topic's best document before any topic's second) | none (plain top k by
-    y); DBSCAN's ``eps`` (cosine distance) and ``min_samples`` over the candidates' utility embeddings."""
+    y); DBSCAN's ``eps`` (cosine distance) and ``min_samples`` over the candidates' utility embeddings. The paper
+    states neither; eps 0.05 was the best of 0.02-0.15 on the world's dev questions of table 1's three kinds
+    (``scripts/polyrag_views_probe.py --split dev``): wider clusters merge a passage with its near-namesakes, and
+    the cover then keeps only one of them."""
 
     constraint: str = "cover"
-    eps: float = 0.15
+    eps: float = 0.05
     min_samples: int = 2
 
 

@@ -37,12 +37,12 @@ from omnimed.data.artifacts import (
 )
 from omnimed.data.records import MultipleChoiceQuestion, Passage, UtilityExample
 from omnimed.generation.types import GenerationError, Request, SamplingParams
+from omnimed.knowledge.pools import passage_table
 from omnimed.knowledge.types import index_text
 from omnimed.methods.polyrag import prompts
 from omnimed.methods.polyrag.candidates import (
     labelled_questions,
     labelling_windows,
-    passage_table,
     text_sources,
 )
 

@@ -1,0 +1,86 @@
+"""``omnimed-bench polyview`` (PolyRAG's per-query latency with every view) and ``omnimed-bench distill`` (our
+distillation step against ``SentenceTransformerTrainer``) on the tiny world, one thread, a few queries and steps."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+
+@pytest.fixture
+def keep_threads():
+    """The benches set torch's thread count in this process: put it back for the tests after."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_the_cli_reads_the_polyview_and_distill_options():
+    from omnimed.cli.bench import _parser
+
+    v = _parser().parse_args(["polyview"])
+    assert (v.queries, v.warmup, v.candidates, v.threads, v.goal_ms) == (20, 2, 15, 2, 200.0)
+    assert (v.relevance_judge, v.supplement_judge, v.utility_encoder) == ("smollm2-135m", "smollm2-135m", "minilm-l6")
+    v = _parser().parse_args(["polyview", "--relevance-judge", "/exports/judge", "--utility-encoder", "/exports/u"])
+    assert v.relevance_judge == "/exports/judge" and v.utility_encoder == "/exports/u"
+    d = _parser().parse_args(["distill"])
+    assert (d.steps, d.warmup, d.batch_size, d.window, d.threads) == (20, 3, 4, 8, 2)
+    assert d.dropout and d.isolate and d.sides == ["ours", "st"] and d.goal_ratio == 1.0
+    d = _parser().parse_args(["distill", "--no-dropout", "--no-isolate", "--sides", "st"])
+    assert not d.dropout and not d.isolate and d.sides == ["st"]
+
+
+@pytest.mark.timeout(240)
+def test_polyview_times_fifteen_candidates_per_cold_query_with_every_view(tmp_path, keep_threads):
+    """Two timed queries (no warm-up: the models load before the clock starts), each a different question with 15
+    candidates; the judges and the encoder really run on every query (their time is > 0), the parts add up to the
+    query's time, and the goal is judged on the median."""
+    from omnimed.cli.bench import main
+    from omnimed.methods.polyrag.views import VIEWS
+
+    out = tmp_path / "polyview.json"
+    assert main(["polyview", "--queries", "2", "--warmup", "0", "--world-size", "tiny", "--threads", "1",
+                 "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["queries"] == 2 and result["candidates_per_query"] == 15 and result["threads"] == 1
+    rows = result["per_query"]
+    assert len(rows) == 2 and len({r["question_id"] for r in rows}) == 2
+    for r in rows:
+        assert r["candidates"] == 15 and r["ms"] > 0 and r["views"] == sorted(VIEWS)
+        for part in ("relevance_judge", "supplement_judge", "utility_encoder", "timeliness", "topics"):
+            assert r["parts_ms"][part] > 0, part
+        assert sum(r["parts_ms"].values()) == pytest.approx(r["ms"], abs=0.05)
+    assert 0 < result["median_ms"] <= result["p90_ms"] <= result["max_ms"]
+    assert result["judges"]["call_cache"] is False and result["cold"] is True
+    assert result["goal_ms"] == 200.0 and result["meets_goal"] == (result["median_ms"] <= 200.0)
+
+
+@pytest.mark.timeout(240)
+def test_distill_both_sides_train_on_the_same_batches_with_the_same_losses(keep_threads):
+    """Without dropout, ours (Lightning + DistillModule) and SentenceTransformerTrainer with the listwise KL see the
+    same first batch and agree on the loss at every step (same weights, optimizer, schedule and clipping)."""
+    from omnimed.bench.distill import bench_distill
+
+    result = bench_distill(world_size="tiny", steps=2, warmup=1, batch_size=2, dropout=False, isolate=False,
+                           threads=1)
+    for side in ("ours", "st"):
+        r = result[side]
+        assert r["side"] == side and r["timed_steps"] == 2 and r["samples"] == 4 and r["threads"] == 1
+        assert r["samples_per_s"] > 0 and r["peak_rss_mb"] > 0 and math.isfinite(r["first_step_loss"])
+        assert r["optimizer"] == "AdamW" and len(r["losses"]) == 3
+    comp = result["comparison"]
+    assert comp["same_first_batch"]
+    assert comp["init_loss_match"] and comp["first_step_loss_match"], comp
+    assert comp["first_step_loss_abs_diff"] < 1e-5 and comp["max_step_loss_abs_diff"] < 1e-4
+    assert comp["ratio_samples_per_s"] > 0 and comp["meets_goal"] == (comp["ratio_samples_per_s"] >= 1.0)
+    assert len(result["ratios_per_repeat"]) == 1 and result["data"]["examples"] == 6
+
+
+def test_distill_refuses_too_few_training_queries_before_loading_a_model():
+    from omnimed.bench.distill import bench_distill
+
+    with pytest.raises(ValueError, match="training queries with >= 8 passages; .* = 400 are needed"):
+        bench_distill(world_size="tiny", steps=97, warmup=3, isolate=False)

@@ -137,6 +137,8 @@ def run_method(kb, queries: Sequence[RetrievalQuery], method: str, k: int, pipel
         from omnimed.knowledge.pools import PoolRanker
 
         ranker = PoolRanker(kb)
+        if method.split("+")[0] in ("dense", "hybrid"):
+            ranker.prefetch([pools[q.id] for q in queries])
         return {q.id: ranker.rank(q.text, pools[q.id], method, k) for q in queries}
     by_source: dict[str, list[RetrievalQuery]] = {}
     for q in queries:

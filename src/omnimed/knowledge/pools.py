@@ -69,6 +69,14 @@ class PoolRanker:
         self.kb = kb
         self._embedded: dict[str, np.ndarray] = {}
 
+    def prefetch(self, pools: Sequence[Sequence[Passage]]) -> None:
+        """Embed every pool's passages in one call (one cache lookup and write, not one per query)."""
+        if self.kb.encoder is None:
+            return
+        unique = list({p.id: p for pool in pools for p in pool}.values())
+        self._embedded.update(zip((p.id for p in unique),
+                                  np.asarray(self.kb.embed_docs(self.kb.encoder, [index_text(p) for p in unique]))))
+
     def rank(self, query: str, pool: Sequence[Passage], method: str, k: int) -> list[Hit]:
         """The top ``k`` of ``pool`` for ``query`` by ``method``; every pool passage is ranked (none is dropped
         for sharing no term with the query, it just comes last)."""

@@ -95,7 +95,7 @@ class DistillModule(L.LightningModule):
             self.encoder.max_seq_length = min(self.encoder.max_seq_length or task_cfg.max_length, task_cfg.max_length)
 
     def embed(self, texts: Sequence[str]) -> torch.Tensor:
-        features = self.encoder.tokenize(list(texts))
+        features = self.encoder.preprocess(list(texts))  # tokenize() is deprecated in sentence-transformers 6
         features = {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in features.items()}
         return F.normalize(self.encoder(features)["sentence_embedding"], dim=-1)
 

@@ -169,6 +169,17 @@ class PolyRAG(ClosedBook):
                 cache[passages[i].id] = vec
         return np.stack([cache[p.id] for p in passages])
 
+    def prefetch(self, kb: Any, passages: Sequence[Passage]) -> None:
+        """Embed many queries' candidates in one call per encoder (the utility encoder, and the knowledge base's
+        when it gives R) before ranking them one query at a time: one cache lookup and one write, not one a query."""
+        unique = list({p.id: p for p in passages}.values())
+        encoders = [self.utility_encoder(kb)]
+        if self.judge(judges.RELEVANCE_TASK, kb) is None and kb.encoder is not None:
+            encoders.append(kb.encoder)
+        texts = [index_text(p) for p in unique]
+        for encoder in encoders:
+            self.embed_docs(encoder, unique, texts, kb)
+
     def rank(self, question_id: str, query: str, passages: Sequence[Passage], kb: Any) -> Ranked:
         """The candidates in PolyRAG's order with every view's score (see the module doc)."""
         if not passages:
@@ -207,6 +218,7 @@ class PolyRAG(ClosedBook):
             found = kb.search_batch(source, [text for _, text in queries], self.cfg.candidates,
                                     method=self.cfg.retriever)
             candidates = [[h.passage for h in hits] for hits in found]
+        self.prefetch(kb, [p for pool in candidates for p in pool])
         out = []
         for (qid, text), pool in zip(queries, candidates):
             ranked = self.rank(qid, text, pool, kb)
@@ -222,6 +234,7 @@ class PolyRAG(ClosedBook):
         sources = text_sources(kb, self.cfg.sources, "pipeline.sources")
         found = search_candidates(kb, [q.question for q in questions], self.cfg.candidates, sources=sources,
                                   method=self.cfg.retriever)
+        self.prefetch(kb, [p for cands in found for p in cands])
         return [self.rank(q.id, q.question, cands, kb) for q, cands in zip(questions, found)]
 
     def evidence(self, questions: Sequence[Any], kb: Any) -> list[list[Passage]]:

@@ -112,11 +112,13 @@ def test_a_bioasq_golden_file_is_its_own_corpus_and_relevance_labels(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"questions": [{"id": "x", "type": "yesno", "body": "b?", "exact_answer": "perhaps",
                                               "snippets": []}]}))
-    res = run(tmp_path, *args[:-3], f"task.file={bad}", "task.methods=[bm25]", "logger=none",
-              f"hydra.run.dir={tmp_path}/b")
-    assert res.returncode != 0 and "bad.json" in res.stderr and "exact_answer" in res.stderr, res.stderr[-2000:]
-    res = run(tmp_path, *args[:-3], "task.methods=[bm25]", "logger=none", f"hydra.run.dir={tmp_path}/c")
-    assert res.returncode != 0 and "task.file" in res.stderr, res.stderr[-2000:]
+    from omnimed.data.errors import RecordError
+    from omnimed.evaluation.retrieval import bioasq_knowledge
+
+    with pytest.raises(RecordError, match=r"bad\.json.*exact_answer"):
+        bioasq_knowledge(SimpleNamespace(file=str(bad)), None, tmp_path)
+    with pytest.raises(ValueError, match="set task.file=PATH"):
+        bioasq_knowledge(SimpleNamespace(file=None), None, tmp_path)
 
 
 # ------------------------------------------------------------------------------------------------ MedQuAD

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from itertools import combinations
 from pathlib import Path
 
@@ -22,44 +22,31 @@ Z95 = 1.959963984540054
 def question_outcomes(run_dir: Path, metric: str) -> dict[str, bool] | None:
     """Per question (and seed), whether the run got it right, for an accuracy metric (``accuracy``, or
     ``<type>/accuracy`` of a critic run, read from the examples of that type) or a retrieval HIT@k
-    (``<method>/hit@k``: a gold passage among the method's first k); None for other metrics or a run without
-    ``predictions.jsonl``."""
+    (``<method>/hit@k``: a gold passage among the method's first k; rows of other methods skipped); None for other
+    metrics or a run without ``predictions.jsonl``."""
+    path = run_dir / "predictions.jsonl"
     hit = re.fullmatch(r"(?:(.+)/)?hit@(\d+)", metric)
     if hit:
-        return _hit_outcomes(run_dir / "predictions.jsonl", hit.group(1), int(hit.group(2)))
-    if metric == "accuracy":
-        kind = None
-    elif metric.endswith("/accuracy"):
-        kind = metric.removesuffix("/accuracy")
+        method, k = hit.group(1), int(hit.group(2))
+        outcomes = ((row["query_id"], row["first_gold_rank"] is not None and row["first_gold_rank"] <= k)
+                    for row in _rows(path)
+                    if "first_gold_rank" in row and (method is None or row.get("method") == method))
+    elif metric == "accuracy" or metric.endswith("/accuracy"):
+        kind = None if metric == "accuracy" else metric.removesuffix("/accuracy")
+        outcomes = ((f"{row.get('question_id', row.get('id'))}#{row.get('seed', 0)}", bool(row.get("correct")))
+                    for row in _rows(path) if kind is None or row.get("type") == kind)
     else:
         return None
-    path = run_dir / "predictions.jsonl"
-    if not path.is_file():
-        return None
-    out: dict[str, bool] = {}
-    with path.open(encoding="utf-8") as fh:
-        for line in fh:
-            row = json.loads(line)
-            if kind is not None and row.get("type") != kind:
-                continue
-            out[f"{row.get('question_id', row.get('id'))}#{row.get('seed', 0)}"] = bool(row.get("correct"))
-    return out or None
+    return dict(outcomes) or None
 
 
-def _hit_outcomes(path: Path, method: str | None, k: int) -> dict[str, bool] | None:
-    """Per retrieval query: whether ``method``'s first gold passage ranks within ``k`` (rows of other methods
-    skipped; ``method`` None: the file's only method)."""
+def _rows(path: Path) -> Iterator[dict]:
+    """The rows of a predictions file; none when it does not exist."""
     if not path.is_file():
-        return None
-    out: dict[str, bool] = {}
+        return
     with path.open(encoding="utf-8") as fh:
         for line in fh:
-            row = json.loads(line)
-            if "first_gold_rank" not in row or (method is not None and row.get("method") != method):
-                continue
-            rank = row["first_gold_rank"]
-            out[row["query_id"]] = rank is not None and rank <= k
-    return out or None
+            yield json.loads(line)
 
 
 def detectable_difference(rows: Sequence[Mapping[str, bool]]) -> tuple[float, int] | None:

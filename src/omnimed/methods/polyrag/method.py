@@ -112,6 +112,7 @@ class PolyRAG(ClosedBook):
         self._judges: dict[str, Any] = {}
         self._utility_encoder: Any = None
         self._embedded: dict[int, dict[str, np.ndarray]] = {}
+        self._query_vectors: dict[int, dict[str, np.ndarray]] = {}
 
     def needs_knowledge(self) -> bool:
         return True
@@ -169,16 +170,25 @@ class PolyRAG(ClosedBook):
                 cache[passages[i].id] = vec
         return np.stack([cache[p.id] for p in passages])
 
-    def prefetch(self, kb: Any, passages: Sequence[Passage]) -> None:
-        """Embed many queries' candidates in one call per encoder (the utility encoder, and the knowledge base's
-        when it gives R) before ranking them one query at a time: one cache lookup and one write, not one a query."""
+    def prefetch(self, kb: Any, passages: Sequence[Passage], queries: Sequence[str] = ()) -> None:
+        """Embed many queries' candidates, and the queries, in one call per encoder (the utility encoder, and the
+        knowledge base's when it gives R) before ranking them one query at a time: one cache lookup and one write,
+        and one batched query encoding, not one of each a query."""
         unique = list({p.id: p for p in passages}.values())
         encoders = [self.utility_encoder(kb)]
         if self.judge(judges.RELEVANCE_TASK, kb) is None and kb.encoder is not None:
             encoders.append(kb.encoder)
         texts = [index_text(p) for p in unique]
+        todo = list(dict.fromkeys(queries))
         for encoder in encoders:
             self.embed_docs(encoder, unique, texts, kb)
+            if todo:
+                self._query_vectors.setdefault(id(encoder), {}).update(zip(todo, encoder.encode_queries(todo)))
+
+    def query_vector(self, encoder: Any, query: str) -> np.ndarray:
+        """``encoder``'s vector of ``query`` (batched ahead by :meth:`prefetch`, else encoded now)."""
+        cached = self._query_vectors.get(id(encoder), {})
+        return cached[query] if query in cached else encoder.encode_queries([query])[0]
 
     def rank(self, question_id: str, query: str, passages: Sequence[Passage], kb: Any) -> Ranked:
         """The candidates in PolyRAG's order with every view's score (see the module doc)."""
@@ -186,7 +196,7 @@ class PolyRAG(ClosedBook):
             return Ranked([], [])
         texts = [index_text(p) for p in passages]
         encoder = self.utility_encoder(kb)
-        q = encoder.encode_queries([query])[0]
+        q = self.query_vector(encoder, query)
         embedded = self.embed_docs(encoder, passages, texts, kb)
         scores: dict[str, list[float]] = {"utility": (embedded @ q).tolist()}
         for view, task in (("relevance", judges.RELEVANCE_TASK), ("supplement", judges.SUPPLEMENT_TASK)):
@@ -195,7 +205,7 @@ class PolyRAG(ClosedBook):
                 scores[view] = judges.judge_scores(judge, task, question_id, query, passages)
             elif view == "relevance":
                 rel = kb.encoder or encoder
-                scores[view] = (self.embed_docs(rel, passages, texts, kb) @ rel.encode_queries([query])[0]).tolist()
+                scores[view] = (self.embed_docs(rel, passages, texts, kb) @ self.query_vector(rel, query)).tolist()
             else:
                 scores[view] = [0.0] * len(passages)
         if self.cfg.normalize:
@@ -218,7 +228,7 @@ class PolyRAG(ClosedBook):
             found = kb.search_batch(source, [text for _, text in queries], self.cfg.candidates,
                                     method=self.cfg.retriever)
             candidates = [[h.passage for h in hits] for hits in found]
-        self.prefetch(kb, [p for pool in candidates for p in pool])
+        self.prefetch(kb, [p for pool in candidates for p in pool], [text for _, text in queries])
         out = []
         for (qid, text), pool in zip(queries, candidates):
             ranked = self.rank(qid, text, pool, kb)
@@ -234,7 +244,7 @@ class PolyRAG(ClosedBook):
         sources = text_sources(kb, self.cfg.sources, "pipeline.sources")
         found = search_candidates(kb, [q.question for q in questions], self.cfg.candidates, sources=sources,
                                   method=self.cfg.retriever)
-        self.prefetch(kb, [p for cands in found for p in cands])
+        self.prefetch(kb, [p for cands in found for p in cands], [q.question for q in questions])
         return [self.rank(q.id, q.question, cands, kb) for q, cands in zip(questions, found)]
 
     def evidence(self, questions: Sequence[Any], kb: Any) -> list[list[Passage]]:

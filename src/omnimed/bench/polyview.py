@@ -187,7 +187,7 @@ def bench_polyview(cfg: PolyviewBenchConfig | None = None, log: Callable[[str], 
         kb = build_knowledge_base(knowledge, tmp, progress=False)
         kb.embeddings = None  # cold: no passage vector comes from the on-disk cache either
         questions = _queries(world_of(knowledge), cfg.warmup + cfg.queries)
-        pipeline = dataclasses.replace(load_option("pipeline", "polyrag", PolyRAGConfig), candidates=cfg.candidates,
+        pipeline = dataclasses.replace(load_option("pipeline", PolyRAG.name, PolyRAGConfig), candidates=cfg.candidates,
                                        domain=cfg.domain, relevance_judge=cfg.relevance_judge,
                                        supplement_judge=cfg.supplement_judge, utility_encoder=cfg.utility_encoder)
         method = PolyRAG(pipeline)

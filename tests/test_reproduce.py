@@ -177,7 +177,8 @@ def test_an_unknown_dataset_key_fails_validation_naming_row_column_and_known_key
     m = load_manifest(manifest(tmp_path, [ROWS[0]], name="table4"))
     m.datasets["miniature"]["World"] = "world_mcq"
     with pytest.raises(ManifestError, match=r"row 'BM25', column 'World': unknown dataset 'world_mcq' for "
-                                            r"task=retrieval; known: world, world_diagnosis, .*, pubmedqa, average"):
+                                            r"task=retrieval; known: world, world_diagnosis, .*, pubmedqa, "
+                                            r"medquad, bioasq, average"):
         validate(plan_rows(m, "miniature"), m)
 
 

@@ -490,3 +490,87 @@ def test_checkpoint_round_trip(full_run, tokenizer, tmp_path):
     exported = module.build_model_for_export({"state_dict": module.state_dict()})
     for (n, a), (_, b) in zip(module.model.state_dict().items(), exported.state_dict().items()):
         assert torch.equal(a, b), n
+
+
+
+def test_a_lora_checkpoint_holds_what_trains_and_reloads_to_the_same_model(tokenizer, tmp_path):
+    """The frozen base weights stay out of a LoRA run's checkpoint; loading, resuming and exporting put them back."""
+    cfg = replace(TINY, lora=LoraSettings(enabled=True, r=4, alpha=8, dropout=0.0))
+    task = TaskConfig(lr=1e-2, warmup_ratio=0.0, scheduler="constant", max_length=128, mask_spans=PARAGRAPH)
+    trainer, module, _ = fit(cfg, task, tokenizer, max_steps=2)
+    path = tmp_path / "last.ckpt"
+    trainer.save_checkpoint(path)
+    saved = torch.load(path, weights_only=True)["state_dict"]
+    trained = {f"model.{n}" for n, p in module.model.named_parameters() if p.requires_grad}
+    assert set(saved) == trained
+    loaded = SFTModule.load_from_checkpoint(path, tokenizer=tokenizer)
+    exported = module.build_model_for_export(torch.load(path, weights_only=True))
+    for (name, value), got, out in zip(module.model.state_dict().items(), loaded.model.state_dict().values(),
+                                       exported.state_dict().values()):
+        assert torch.equal(value, got) and torch.equal(value, out), name
+    with pytest.raises(ValueError, match="lacks 1 trained parameters"):
+        module.build_model_for_export({"state_dict": dict(list(saved.items())[1:])})
+
+# ----------------------------------------------------------------------------------------------- loss and micro-batches
+def test_the_loss_is_the_models_own_with_the_head_on_supervised_positions_only(tokenizer):
+    cfg = replace(TINY, lora=LoraSettings(enabled=True, r=4, alpha=8, dropout=0.0))
+    task = TaskConfig(max_length=128, mask_spans=PARAGRAPH)
+    module = SFTModule(cfg, task, tokenizer)
+    module.configure_model()
+    dm = SFTDataModule(make_examples(8), tokenizer, data_cfg(batch_size=4), task)
+    dm.setup("fit")
+    batch = next(iter(dm.train_dataloader()))
+    with torch.no_grad():
+        ours, n_targets = module._loss(batch)
+        hf = module.model(**batch, use_cache=False).loss
+    assert int(n_targets) == int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
+    assert torch.allclose(ours, hf, rtol=0, atol=1e-5)
+
+
+def test_micro_batches_cover_every_row_once_within_the_budget():
+    from omnimed.training.micro_batches import micro_batches
+
+    lengths = torch.tensor([5, 12, 3, 9, 12, 1])
+    mask = (torch.arange(12)[None, :] < lengths[:, None]).long()
+    batch = {"input_ids": torch.arange(72).view(6, 12) * mask, "attention_mask": mask, "labels": mask.clone()}
+    assert len(micro_batches(batch, None)) == 1 and len(micro_batches(batch, 72)) == 1
+    chunks = micro_batches(batch, 24)
+    assert all(c["input_ids"].numel() <= 24 or c["input_ids"].size(0) == 1 for c in chunks)
+    got = sorted(tuple(row[row != 0].tolist()) for c in chunks for row in c["input_ids"])
+    assert got == sorted(tuple(row[row != 0].tolist()) for row in batch["input_ids"])
+    for c in chunks:  # each chunk trimmed to its own longest row, no row cut
+        assert int(c["attention_mask"].sum(1).max()) == c["input_ids"].size(1)
+    with pytest.raises(ValueError, match="micro_batch_tokens"):
+        micro_batches({**batch, "lengths": lengths}, 24)
+
+
+def test_a_batch_run_as_micro_batches_takes_the_same_optimizer_step(tokenizer):
+    """task.micro_batch_tokens changes memory, not training: the same losses and the same adapter weights."""
+    cfg = replace(TINY, lora=LoraSettings(enabled=True, r=4, alpha=8, dropout=0.0))
+    task = TaskConfig(lr=1e-2, warmup_ratio=0.0, scheduler="constant", max_length=128, mask_spans=PARAGRAPH)
+    _, whole, rec_whole = fit(cfg, task, tokenizer, max_steps=3)
+    _, chunked, rec_chunked = fit(cfg, replace(task, micro_batch_tokens=40), tokenizer, max_steps=3)
+    assert rec_chunked.losses == pytest.approx(rec_whole.losses, rel=1e-5)
+    chunked_params = dict(chunked.model.named_parameters())
+    for name, param in whole.model.named_parameters():
+        if param.requires_grad:
+            diff = (chunked_params[name] - param).abs().max().item()
+            assert diff < 1e-5, (name, diff)
+
+
+def test_micro_batches_are_not_used_where_backward_passes_do_not_simply_add_up(tokenizer, caplog):
+    from types import SimpleNamespace
+
+    from omnimed.training.config import TrainConfig, config_problems
+
+    module = SFTModule(TINY, TaskConfig(micro_batch_tokens=256), tokenizer)
+    module._trainer = SimpleNamespace(world_size=2, strategy=SimpleNamespace())
+    with caplog.at_level("WARNING"):
+        module.on_fit_start()
+    assert module._micro_batch_tokens is None
+    assert "task.micro_batch_tokens=256 is not used with SimpleNamespace on 2 process(es)" in caplog.text
+    cfg = TrainConfig()
+    cfg.task.micro_batch_tokens = 0
+    assert any("task.micro_batch_tokens=0" in p for p in config_problems(cfg))
+    cfg.task.micro_batch_tokens, cfg.task.objective = 256, "dpo"
+    assert any("SFT batches only" in p for p in config_problems(cfg))

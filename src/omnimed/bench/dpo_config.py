@@ -30,6 +30,7 @@ class DPOBenchConfig(TrainBenchConfig):
     loss_rtol: float = 0.0
     loss_atol: float = 1e-5
     target_ratio: float = 1.3
+    micro_batch_tokens: int | None = None  # DPO scores each batch of pairs whole
 
     def validate(self) -> None:
         super().validate()
@@ -37,8 +38,8 @@ class DPOBenchConfig(TrainBenchConfig):
             raise ValueError("omnimed-bench dpo does not pack: a pair's chosen and rejected sequences are scored whole")
         if self.trl_order != "matched":
             raise ValueError("omnimed-bench dpo feeds TRL our batches (trl_order='matched') only")
-        if self.ours_loss != "model":
-            raise ValueError("omnimed-bench dpo runs DPOModule as is (ours_loss='model')")
+        if self.micro_batch_tokens is not None:
+            raise ValueError("omnimed-bench dpo scores each batch of pairs whole (micro_batch_tokens=None)")
         if self.beta <= 0 or (self.pairs is not None and self.pairs < 1):
             raise ValueError(f"beta > 0 and pairs >= 1 are needed, got beta={self.beta}, pairs={self.pairs}")
 

@@ -3,7 +3,8 @@
 ``trl.DPOTrainer`` with ``DPOConfig`` (``loss_type=["sigmoid"]``, ``beta``, ``max_length``, the rest as
 ``omnimed-bench train``'s TRL side: :func:`omnimed.bench.train_trl.trainer_args`, notably ``bf16=False``, which TRL
 would otherwise turn on for CPU, and no gradient checkpointing, which ``DPOConfig`` would otherwise turn on) given
-the same model object as ours (SmolLM2 + LoRA from :func:`~omnimed.models.loading.load_causal_lm`) and no
+the same model as ours (SmolLM2 + LoRA from :func:`~omnimed.models.loading.load_causal_lm`, with PEFT's own LoRA
+layers and the model's own MLP: :func:`~omnimed.bench.train_config.trl_model_config`) and no
 ``ref_model``: TRL's default for a PEFT model, the reference is the policy with the adapter disabled, every step.
 Dropout is off (TRL's ``disable_dropout``).
 

@@ -52,7 +52,8 @@ class TrainBenchConfig:
     world_seed: int = 0
     max_examples: int | None = None
     trl_order: str = "matched"  # matched | native
-    ours_loss: str = "model"  # model (SFTModule as is) | selective (bench variant: LM head on supervised positions)
+    # ours: task.micro_batch_tokens (a batch of more positions runs as chunks of rows in the same step); None: whole
+    micro_batch_tokens: int | None = 320  # conf/task/sft.yaml's
     repeats: int = 1
     loss_rtol: float = 1e-3
     loss_atol: float = 0.0  # first-step losses match when |diff| <= max(loss_atol, loss_rtol * |loss|)
@@ -68,8 +69,8 @@ class TrainBenchConfig:
             raise ValueError("steps >= 1, warmup >= 0, batch_size >= 1, max_length >= 8 and threads >= 1 are needed")
         if self.trl_order not in ("matched", "native"):
             raise ValueError(f"trl_order must be matched | native, got {self.trl_order!r}")
-        if self.ours_loss not in ("model", "selective"):
-            raise ValueError(f"ours_loss must be model | selective, got {self.ours_loss!r}")
+        if self.micro_batch_tokens is not None and self.micro_batch_tokens < 1:
+            raise ValueError(f"micro_batch_tokens must be None or >= 1, got {self.micro_batch_tokens!r}")
         for name, value, allowed in (("accelerator", self.accelerator, ACCELERATORS),
                                      ("precision", self.precision, PRECISIONS), ("strategy", self.strategy, STRATEGIES)):
             if value not in allowed:
@@ -103,13 +104,22 @@ def model_config(cfg: TrainBenchConfig) -> ModelConfig:
                        attn_implementation="sdpa", lora=lora)
 
 
+def trl_model_config(mcfg: ModelConfig) -> ModelConfig:
+    """The model TRL's side trains: ours with PEFT's own LoRA layers and the model's own MLP, as a TRL user loads
+    it (our fused LoRA layers and lean MLP are part of our training stack, so they are measured on our side only)."""
+    from dataclasses import replace
+
+    return replace(mcfg, lean_mlp=False, lora=replace(mcfg.lora, fused=False))
+
+
 def task_config(cfg: TrainBenchConfig) -> TaskConfig:
     """Our ``TaskConfig``: same lr, no weight decay, cosine with 3% warmup (TRL gets the same), no masked spans
     (TRL has no span masking, so neither side masks evidence)."""
     from omnimed.training.config import TaskConfig
 
     return TaskConfig(lr=cfg.lr, weight_decay=0.0, warmup_ratio=0.03, scheduler="cosine",
-                      max_length=cfg.max_length, mask_spans=[], **cfg.task_fields())
+                      max_length=cfg.max_length, mask_spans=[], micro_batch_tokens=cfg.micro_batch_tokens,
+                      **cfg.task_fields())
 
 
 def warmup_steps(cfg: TrainBenchConfig) -> int:

@@ -7,8 +7,8 @@ rather than calling ``training_step`` by hand, because that loop (hooks, logging
 the overhead a user pays, and TRL's side (:mod:`omnimed.bench.train_trl`) pays its own ``transformers.Trainer``
 loop.
 
-With ``ours_loss="selective"`` the module is a bench variant whose loss applies the LM head to the supervised
-positions only (see :func:`_selective_module_cls`).
+``micro_batch_tokens`` sets ``task.micro_batch_tokens``: our step runs a long batch as chunks of rows (the same
+gradient, a fraction of the activation memory).
 """
 
 from __future__ import annotations
@@ -21,38 +21,6 @@ from typing import Any
 from omnimed.bench.train_config import TrainBenchConfig, strategy_config, task_config, trainer_config
 from omnimed.bench.train_data import check_epoch, datamodule, sft_rows, side_setup
 from omnimed.bench.train_measure import PeakRSS, peak_gpu_memory, step_log
-
-
-def _selective_module_cls():
-    """``SFTModule`` whose loss projects only the supervised positions through the LM head (bench variant).
-
-    The stock module lets the HF model build the full ``(batch, seq, vocab)`` logits and their cross-entropy; with
-    prompt tokens masked, most of those rows are thrown away. This variant runs the decoder, gathers the hidden
-    states whose next-token label is supervised, and applies the LM head and cross-entropy to those rows only: the
-    same loss (sum over supervised tokens / their count), a fraction of the head's FLOPs and memory. (Boolean
-    indexing syncs with the host, which costs nothing on CPU; on GPU a ``torch.where`` mask would avoid it.)
-    """
-    import torch.nn.functional as F
-    from peft import PeftModel
-
-    from omnimed.training.sft import SFTModule
-    from omnimed.training.tokenize import IGNORE_INDEX
-
-    class SelectiveHeadSFTModule(SFTModule):
-        def _loss(self, batch):  # type: ignore[override]
-            model = self._require_model()
-            base = model.get_base_model() if isinstance(model, PeftModel) else model
-            decoder = getattr(base, base.base_model_prefix)
-            hidden = decoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                             use_cache=False).last_hidden_state
-            targets = batch["labels"][:, 1:]
-            keep = targets != IGNORE_INDEX
-            n_targets = keep.sum()
-            logits = base.get_output_embeddings()(hidden[:, :-1][keep])
-            loss = F.cross_entropy(logits.float(), targets[keep], reduction="sum") / n_targets.clamp(min=1)
-            return loss, n_targets
-
-    return SelectiveHeadSFTModule
 
 
 def hardware_kwargs(cfg: TrainBenchConfig) -> dict[str, Any]:
@@ -85,8 +53,7 @@ def run_ours(
         t0 = time.perf_counter()
         from omnimed.training.data import SFTDataModule
 
-        if module_cls is None:
-            module_cls = SFTModule if cfg.ours_loss == "model" else _selective_module_cls()
+        module_cls = module_cls or SFTModule
         datamodule_cls = datamodule_cls or SFTDataModule
         mcfg, tokenizer, data_rows = side_setup(cfg, rows)
         dm = datamodule(data_rows, tokenizer, cfg, packing=cfg.packing, module_cls=datamodule_cls)
@@ -136,7 +103,7 @@ def run_ours(
         strategy=type(trainer.strategy).__name__,
         precision=str(trainer.precision),
         loop=f"lightning.Trainer.fit({module_cls.__name__}, {datamodule_cls.__name__})",
-        loss_impl=cfg.ours_loss,
+        micro_batch_tokens=cfg.micro_batch_tokens,
         setup_s=round(setup_s, 2),
         rss_after_model_load_mb=round(rss_model_mb, 1),
         threads=log.threads_in_loop,

@@ -1,7 +1,8 @@
 """TRL's side of ``omnimed-bench train``, run in its own process by :mod:`omnimed.bench.train_child`.
 
 TRL's side is ``trl.SFTTrainer`` with ``SFTConfig`` (``completion_only_loss``, ``max_length``, no gradient
-checkpointing, fp32, ``use_cpu``, ``optim="adamw_torch"``, i.e. the same ``torch.optim.AdamW`` as ours rather than
+checkpointing, fp32, ``use_cpu``, our model with PEFT's own LoRA layers (``trl_model_config``),
+``optim="adamw_torch"``, i.e. the same ``torch.optim.AdamW`` as ours rather than
 HF's fused default, same lr/clipping/schedule, logging every step, no reporting, no saving, no progress output).
 With ``trl_order="matched"`` (default) it consumes exactly our first-epoch batches: unpacked, our sampler's order of
 the same prompt/completion strings, tokenized by TRL itself (its own completion mask), read sequentially; packed,
@@ -22,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from omnimed.bench.train_config import TrainBenchConfig, deepspeed_zero3_dict, warmup_steps
+from omnimed.bench.train_config import TrainBenchConfig, deepspeed_zero3_dict, trl_model_config, warmup_steps
 from omnimed.bench.train_data import check_epoch, datamodule, first_epoch_batches, sft_rows, side_setup
 from omnimed.bench.train_measure import PeakRSS, peak_gpu_memory, step_log
 
@@ -153,7 +154,7 @@ def run_trl_side(
         torch.manual_seed(cfg.seed)
         if cfg.strategy != "single":
             _single_process_group_env()
-        model = load_causal_lm(mcfg, tokenizer, for_training=True)
+        model = load_causal_lm(trl_model_config(mcfg), tokenizer, for_training=True)
         rss_model_mb = rss.current_mb()
         with tempfile.TemporaryDirectory(prefix="omnimed-bench-trl-") as tmp:
             args = config_cls(**trainer_args(cfg, tmp), **config_kwargs(train_ds))

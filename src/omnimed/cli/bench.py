@@ -1,7 +1,7 @@
 """``omnimed-bench``: measurements that compare us with the reference stack, or time a pipeline stage.
 
     omnimed-bench train [--steps 20 --warmup 3 --batch-size 4 --max-length 256 --threads 2 --packing/--no-packing
-                         --repeats 1 --trl-order matched|native --model smollm2-135m --out outputs/bench/train.json]
+                         --repeats 1 --trl-order matched|native --micro-batch-tokens 320 --out outputs/bench/train.json]
     omnimed-bench dpo [--steps 10 --warmup 2 --batch-size 4 --max-length 256 --threads 2 --repeats 3 --pairs N
                        --beta 0.1 --model smollm2-135m --sides ours trl --out outputs/bench/dpo.json]
     omnimed-bench world [--size large --seed 0]
@@ -97,8 +97,8 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--max-examples", type=int, default=None)
     train.add_argument("--trl-order", choices=("matched", "native"), default=d.trl_order,
                        help="matched: TRL trains on our batches; native: TRL's own sampler (and packing)")
-    train.add_argument("--ours-loss", choices=("model", "selective"), default=d.ours_loss,
-                       help="selective: bench variant of SFTModule projecting only supervised positions")
+    train.add_argument("--micro-batch-tokens", type=int, default=d.micro_batch_tokens,
+                       help="ours: task.micro_batch_tokens (a longer batch runs as chunks of rows in one step)")
     train.add_argument("--out", default=DEFAULT_TRAIN_OUT, help="result JSON (written atomically)")
 
     from omnimed.bench.dpo_config import DPOBenchConfig
@@ -345,7 +345,8 @@ def train_table(result: dict[str, Any]) -> Table:
     table = sides_table(result, (
         f"omnimed-bench train: {cfg['model']} + LoRA r{cfg['lora_r']}, batch {cfg['batch_size']}, max_length "
         f"{cfg['max_length']}, {'packing' if cfg['packing'] else 'per-batch padding'}, {cfg['threads']} threads, "
-        f"W={cfg['warmup']} N={cfg['steps']}, TRL order {cfg['trl_order']}"
+        f"W={cfg['warmup']} N={cfg['steps']}, TRL order {cfg['trl_order']}, our micro-batch "
+        f"{cfg.get('micro_batch_tokens') or 'whole'}"
     ))
     data = result["data"]
     table.add_section()
@@ -394,7 +395,7 @@ def run_train(args: argparse.Namespace, out_console: Console | None = None) -> d
     from omnimed.bench.train_config import TrainBenchConfig
 
     cfg = TrainBenchConfig(**_side_by_side_fields(args), packing=args.packing, max_examples=args.max_examples,
-                           trl_order=args.trl_order, ours_loss=args.ours_loss)
+                           trl_order=args.trl_order, micro_batch_tokens=args.micro_batch_tokens)
     cons = out_console or console
     cons.print(f"benchmarking {', '.join(cfg.sides)} ({cfg.repeats} repeat(s)); each side runs in its own process")
     result = bench_train(cfg)

@@ -130,7 +130,8 @@ def load_causal_lm(
     Weights load from safetensors only, in ``cfg.dtype`` with ``cfg.attn_implementation``; remote code runs
     only when ``cfg.trust_remote_code`` is set. Embeddings grow to ``len(tokenizer)`` when special tokens
     were added. With ``for_training`` the model is put in train mode, gets gradient checkpointing when
-    configured (non-reentrant, input grads on so LoRA receives gradients) and LoRA when ``cfg.lora.enabled``:
+    configured (non-reentrant, input grads on so LoRA receives gradients), else the lean MLP forward when
+    ``cfg.lean_mlp`` (``omnimed.models.lean_mlp``), and LoRA when ``cfg.lora.enabled``:
     then only the LoRA matrices and the rows of ``cfg.special_tokens`` (plus any rows added for tokens the
     caller put into ``tokenizer`` itself) train (see ``omnimed.models.lora``).
     Without it the plain model is returned in eval mode with gradients off.
@@ -173,6 +174,10 @@ def load_causal_lm(
         model.config.use_cache = False
         if cfg.lora.enabled:
             model.enable_input_require_grads()
+    if cfg.lean_mlp:
+        from omnimed.models.lean_mlp import use_lean_mlps
+
+        use_lean_mlps(model)
     if cfg.lora.enabled:
         # Train the rows of cfg.special_tokens and of any token the caller added to the tokenizer itself.
         token_ids = (

@@ -117,10 +117,15 @@ def apply_lora(
 ) -> PeftModel:
     """Wrap ``model`` with LoRA adapters; base weights are frozen, LoRA matrices and new token rows train. The
     adapters start as PEFT initialises them (B = 0: the wrapped model computes what the base did), under DeepSpeed
-    ZeRO-3 too (:func:`_init_partitioned_lora`)."""
+    ZeRO-3 too (:func:`_init_partitioned_lora`). With ``settings.fused`` each adapted linear layer runs as one
+    autograd node where that is exact (:mod:`omnimed.models.lora_fused`)."""
     with _zero3_token_rows_without_cuda():
         peft_model = get_peft_model(model, build_lora_config(model, settings, trainable_token_ids))
     _init_partitioned_lora(peft_model)
+    if settings.fused:
+        from omnimed.models.lora_fused import fuse_lora_layers
+
+        fuse_lora_layers(peft_model)
     trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in peft_model.parameters())
     log.info("LoRA r=%d alpha=%d: %d / %d parameters trainable", settings.r, settings.alpha, trainable, total)

@@ -25,6 +25,11 @@ class TaskConfig:
     warmup_ratio: float = 0.03
     scheduler: str = "cosine"  # cosine | linear | constant
     max_length: int = 256
+    # sft: a batch of more positions (rows x padded length) than this runs as chunks of rows that fit, one after the
+    # other in the same optimizer step (omnimed.training.micro_batches): the same gradient, activations for one
+    # chunk at a time. null: the whole batch in one forward pass. Used on one process without DeepSpeed; elsewhere
+    # the run warns and trains whole batches (save memory there with trainer.accumulate_grad_batches)
+    micro_batch_tokens: Optional[int] = None
     # spans masked from the loss, each [open, close] marker pair (Self-RAG masks <paragraph>...</paragraph>)
     mask_spans: list[list[str]] = field(default_factory=list)
     # tokens the task's data format needs (e.g. Self-RAG's reflective tokens): added to the model's tokenizer as
@@ -142,6 +147,10 @@ def config_problems(cfg: TrainConfig) -> list[str]:
     need(math.isfinite(t.weight_decay) and t.weight_decay >= 0, "task.weight_decay", t.weight_decay, "a value >= 0")
     need(0 <= t.warmup_ratio <= 1, "task.warmup_ratio", t.warmup_ratio, "a share between 0 and 1")
     need(t.max_length > 0, "task.max_length", t.max_length, "a number of tokens > 0")
+    need(t.micro_batch_tokens is None or t.micro_batch_tokens > 0, "task.micro_batch_tokens", t.micro_batch_tokens,
+         "null or a number of positions > 0")
+    need(t.micro_batch_tokens is None or t.objective not in ("dpo", "distill"), "task.micro_batch_tokens",
+         t.micro_batch_tokens, f"null with task.objective={t.objective} (micro-batches split SFT batches only)")
     need(math.isfinite(t.beta) and t.beta > 0, "task.beta", t.beta, "a reward temperature > 0")
     need(t.temperature > 0, "task.temperature", t.temperature, "a softmax temperature > 0")
     need(t.teacher_temperature > 0, "task.teacher_temperature", t.teacher_temperature, "a softmax temperature > 0")

@@ -12,22 +12,19 @@ and its LM head, without changing what is computed:
   instead of twice; the log-prob of every supervised token is that of its own sequence. This needs a model that
   honours a custom 4-D boolean mask (``attn_implementation="sdpa"``) and no sliding window
   (:func:`can_share_prompts`); otherwise the pairs run as the 2B rows.
-* **The LM head on supervised positions only.** :func:`sequence_log_probs` runs the model whole (its forward, so
-  DeepSpeed ZeRO-3 and FSDP2 gather parameters as usual and any logit scaling or soft-capping after the head still
-  applies) with a forward pre-hook on its output embedding that hands the head only the hidden states that predict
-  a supervised token: the ``[tokens, vocab]`` projection, its backward and the float32 logits shrink to the
-  completions'. A model whose forward does not call its head as a module returns full logits, indexed the same way.
+* **The LM head on supervised positions only** (:func:`omnimed.training.lm_head.supervised_logits`): the
+  ``[tokens, vocab]`` projection, its backward and the float32 logits shrink to the completions'.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import nn
 
+from omnimed.training.lm_head import supervised_logits
 from omnimed.training.tokenize import IGNORE_INDEX
 
 
@@ -97,18 +94,7 @@ def pair_inputs(batch: Mapping[str, torch.Tensor], share_prompts: bool) -> PairI
 def sequence_log_probs(model: nn.Module, inputs: PairInputs) -> torch.Tensor:
     """Per sequence (2B values, chosen then rejected), the sum of the float32 log-probs ``model`` gives its
     supervised tokens, the LM head applied to the hidden states that predict them only."""
-    index = inputs.index
-
-    def keep_supervised(_head: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        return (args[0].flatten(0, 1)[index], *args[1:])
-
-    handle = model.get_output_embeddings().register_forward_pre_hook(keep_supervised)
-    try:
-        logits = model(**inputs.model_kwargs, use_cache=False).logits
-    finally:
-        handle.remove()
-    if logits.dim() == 3:  # the head was not called as a module: full logits came back
-        logits = logits.flatten(0, 1)[index]
+    logits = supervised_logits(model, inputs.model_kwargs, inputs.index)
     token_logps = logits.float().log_softmax(-1).gather(-1, inputs.targets.unsqueeze(-1)).squeeze(-1)
     out = torch.zeros(inputs.sequences, dtype=token_logps.dtype, device=token_logps.device)
     return out.index_add(0, inputs.sequence, token_logps)

@@ -1,8 +1,8 @@
 """Supervised fine-tuning of a causal LM on prompt/completion features, as a Lightning module.
 
 The batches come from :class:`omnimed.training.data.SFTDataModule`: ``input_ids``, ``attention_mask`` and
-``labels`` where prompt tokens, masked spans (Self-RAG evidence) and padding are -100. The loss is the HF model's
-own causal-LM loss (it shifts the labels itself), averaged over the supervised tokens of the micro-batch.
+``labels`` where prompt tokens, masked spans (Self-RAG evidence) and padding are -100. The loss is the causal-LM
+cross-entropy averaged over the supervised tokens of the micro-batch, the LM head applied to those tokens only.
 
 The model is built in :meth:`SFTModule.configure_model`, not in ``__init__``, so that DeepSpeed ZeRO-3 can
 partition it while it is created and FSDP2 (Lightning's ``ModelParallelStrategy``) can shard it before the
@@ -13,6 +13,7 @@ mixed precision (bf16) is the Trainer's ``precision``, not a concern of this mod
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from collections.abc import Mapping
 from functools import partial
@@ -20,15 +21,22 @@ from typing import Any, TypeVar
 
 import lightning as L
 import torch
+import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from omnimed.models.config import ModelConfig
 from omnimed.training.config import TaskConfig
+from omnimed.training.lm_head import supervised_logits
+from omnimed.training.micro_batches import micro_batches
 from omnimed.training.objectives import Objective, register_objective
 from omnimed.training.tokenize import IGNORE_INDEX
 
 C = TypeVar("C")
+log = logging.getLogger(__name__)
+
+#: set in a LoRA checkpoint saved without its frozen base weights (:meth:`SFTModule.on_save_checkpoint`)
+FROZEN_BASE_OMITTED = "omnimed_frozen_base_omitted"
 
 #: ``TaskConfig.scheduler`` -> ``transformers.get_scheduler`` name; every one warms up linearly first.
 SCHEDULERS = {"cosine": "cosine", "linear": "linear", "constant": "constant_with_warmup"}
@@ -102,6 +110,8 @@ class SFTModule(L.LightningModule):
             {"model_cfg": dataclasses.asdict(self.model_cfg), "task_cfg": dataclasses.asdict(self.task_cfg)}
         )
         self.model: nn.Module | None = None
+        self._micro_batch_tokens = self.task_cfg.micro_batch_tokens  # None where the strategy cannot split a step
+        self._zeroed_in_step = False  # training_step zeroed the gradients before its micro-batches' backward passes
 
     # ------------------------------------------------------------------------------------------- model
     def configure_model(self) -> None:
@@ -124,7 +134,9 @@ class SFTModule(L.LightningModule):
         """A fresh model (same LoRA structure) holding the weights of a consolidated checkpoint, for export.
 
         ``state`` is a Lightning checkpoint dict (with ``state_dict``) or a bare state dict whose keys all carry
-        this module's ``model.`` prefix (``consolidate_checkpoint(..., prefix=None)``), which is removed once.
+        this module's ``model.`` prefix (``consolidate_checkpoint(..., prefix=None)``), which is removed once. A LoRA
+        checkpoint without the frozen base weights (:meth:`on_save_checkpoint`) takes them from the fresh model,
+        which loaded the same base; every trained parameter must be in ``state``.
         """
         from omnimed.models.loading import load_causal_lm
 
@@ -135,8 +147,38 @@ class SFTModule(L.LightningModule):
             raise ValueError(f"checkpoint keys without the module's '{prefix}' prefix, e.g. {foreign[:3]}")
         stripped = {k[len(prefix) :]: v for k, v in state_dict.items()}
         model = load_causal_lm(self.model_cfg, self.tokenizer, for_training=True)
-        model.load_state_dict(stripped, strict=True)
+        trained = {n for n, p in model.named_parameters(remove_duplicate=False) if p.requires_grad}
+        lacking = sorted(trained - stripped.keys())
+        if lacking:
+            raise ValueError(f"the checkpoint lacks {len(lacking)} trained parameters, e.g. {lacking[:3]}")
+        model.load_state_dict({**model.state_dict(), **stripped}, strict=True)
         return model.eval()
+
+    # ------------------------------------------------------------------------------------------- checkpoints
+    def _frozen_keys(self) -> set[str]:
+        """State-dict keys of the parameters that do not train (tied weights under each of their names)."""
+        return {f"model.{n}" for n, p in self._require_model().named_parameters(remove_duplicate=False)
+                if not p.requires_grad}
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """A LoRA run's checkpoint holds what trains (adapters, added token rows) and the optimizer state, not the
+        frozen base weights: they come from the base model again when it loads (:meth:`on_load_checkpoint`,
+        :meth:`build_model_for_export`). For SmolLM2 that is 20 MB instead of 560 MB per checkpoint, and saving
+        no longer serialises 540 MB of weights (the default job's memory peak). Full fine-tuning, DeepSpeed and
+        FSDP2 checkpoints are kept whole."""
+        single = type(self.trainer.strategy).__name__ in ("SingleDeviceStrategy", "DDPStrategy")
+        if not (self.model_cfg.lora.enabled and single and "state_dict" in checkpoint):
+            return
+        frozen = self._frozen_keys()
+        checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k not in frozen}
+        checkpoint[FROZEN_BASE_OMITTED] = True
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Put the frozen base weights this module was built with back into a checkpoint saved without them, so
+        Lightning's strict loading still checks every trained parameter."""
+        if checkpoint.pop(FROZEN_BASE_OMITTED, False):
+            own = self.state_dict()
+            checkpoint["state_dict"].update({k: own[k] for k in self._frozen_keys() - checkpoint["state_dict"].keys()})
 
     def _require_model(self) -> nn.Module:
         if self.model is None:
@@ -152,25 +194,71 @@ class SFTModule(L.LightningModule):
     def _loss(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean cross-entropy over the supervised tokens, and their number.
 
-        The count is passed to the model as ``num_items_in_batch`` so the HF loss divides by it; clamping it at 1
-        makes a batch without supervised tokens give loss 0 (no gradient) instead of 0/0 = NaN, without a
-        host-device sync.
+        The float32 cross-entropy of the model's own causal-LM loss (position t - 1 predicts label t, summed over
+        the supervised tokens, divided by their number), with the LM head applied to the positions that predict a
+        supervised token only (:func:`~omnimed.training.lm_head.supervised_logits`): the same loss, without the
+        ``[positions, vocab]`` logits of the prompt. Clamping the count at 1 makes a batch without supervised tokens
+        give loss 0 (no gradient) instead of 0/0 = NaN.
         """
+        loss_sum, n_targets = self._loss_sum(batch)
+        return loss_sum / n_targets.clamp(min=1), n_targets
+
+    def _loss_sum(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Summed cross-entropy over the supervised tokens of ``batch``, and their number."""
         labels = batch["labels"]
-        n_targets = (labels[:, 1:] != IGNORE_INDEX).sum()
-        out = self._require_model()(
-            input_ids=batch["input_ids"],
-            attention_mask=batch["attention_mask"],
-            labels=labels,
-            num_items_in_batch=n_targets.clamp(min=1),
-            use_cache=False,
-        )
-        return out.loss, n_targets
+        supervised = labels[:, 1:] != IGNORE_INDEX
+        rows, source = supervised.nonzero(as_tuple=True)
+        model_kwargs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+        logits = supervised_logits(self._require_model(), model_kwargs, rows * labels.size(1) + source)
+        return F.cross_entropy(logits.float(), labels[:, 1:][supervised], reduction="sum"), supervised.sum()
+
+    def on_fit_start(self) -> None:
+        """Use ``task.micro_batch_tokens`` where one step's several backward passes simply add up: one process
+        without DeepSpeed. Elsewhere (DDP / FSDP2 reduce at every backward pass, DeepSpeed's engine counts them) the
+        run says it splits nothing and trains whole batches."""
+        self._micro_batch_tokens = self.task_cfg.micro_batch_tokens
+        strategy = self.trainer.strategy
+        if self._micro_batch_tokens is not None and (
+            self.trainer.world_size > 1 or "deepspeed" in type(strategy).__name__.lower()
+        ):
+            log.warning(
+                "task.micro_batch_tokens=%d is not used with %s on %d process(es): whole batches are trained (lower "
+                "data.batch_size and raise trainer.accumulate_grad_batches to save memory there)",
+                self._micro_batch_tokens, type(strategy).__name__, self.trainer.world_size,
+            )
+            self._micro_batch_tokens = None
 
     def training_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        loss, _ = self._loss(batch)
+        chunks = micro_batches(batch, self._micro_batch_tokens)
+        if len(chunks) == 1:
+            loss, _ = self._loss(batch)
+        else:
+            # Lightning zeroes the gradients between this step and its backward pass: zero them now instead, when
+            # this batch starts an accumulation cycle, so the chunks' gradients before the last one survive
+            if batch_idx % self.trainer.accumulate_grad_batches == 0:
+                for optimizer in self.trainer.optimizers:
+                    optimizer.zero_grad(set_to_none=True)
+                self._zeroed_in_step = True
+            loss = self._chunked_loss(chunks, (batch["labels"][:, 1:] != IGNORE_INDEX).sum().clamp(min=1))
         self._log_train_step(loss, batch, batch["input_ids"].size(0))
         return loss
+
+    def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: Any) -> None:
+        if self._zeroed_in_step:  # training_step did it before its chunks' backward passes
+            self._zeroed_in_step = False
+            return
+        super().optimizer_zero_grad(epoch, batch_idx, optimizer)
+
+    def _chunked_loss(self, chunks: list[dict[str, torch.Tensor]], n_targets: torch.Tensor) -> torch.Tensor:
+        """Backward through every chunk but the last here; return a loss whose value is the whole batch's and whose
+        graph is the last chunk's, for Lightning's own backward pass. Each chunk's loss is its summed cross-entropy
+        over the whole batch's ``n_targets``, so the gradients add up to the whole batch's."""
+        done = torch.zeros((), device=n_targets.device)
+        for chunk in chunks[:-1]:
+            part = self._loss_sum(chunk)[0] / n_targets
+            self.trainer.strategy.backward(part, None)
+            done = done + part.detach()
+        return self._loss_sum(chunks[-1])[0] / n_targets + done
 
     def _log_train_step(self, loss: torch.Tensor, batch: Mapping[str, torch.Tensor], bs: int) -> None:
         """``train/loss``, ``train/tokens`` (real, non-pad tokens of the micro-batch, summed over ranks) and

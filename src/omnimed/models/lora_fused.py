@@ -68,18 +68,16 @@ class _LoraLinearFn(torch.autograd.Function):
         g = grad_y.reshape(-1, grad_y.shape[-1])
         grad_h = (g @ lora_b).mul_(ctx.s)
         grad_b = (g.t() @ h).mul_(ctx.s) if ctx.needs_input_grad[4] else None
-        mask = None
+        x2 = x.reshape(-1, x.shape[-1])
+        needs_x, needs_a = ctx.needs_input_grad[0], ctx.needs_input_grad[3]
+        mask = drop_mask(x2.shape, ctx.p, ctx.seed) if ctx.p > 0 and (needs_x or needs_a) else None
         grad_a = grad_x = None
-        if ctx.needs_input_grad[3]:
-            x2 = x.reshape(-1, x.shape[-1])
-            if ctx.p > 0:
-                mask = drop_mask(x2.shape, ctx.p, ctx.seed)
-                x2 = x2.masked_fill(mask, 0.0)
-            grad_a = grad_h.t() @ x2
-        if ctx.needs_input_grad[0]:
+        if needs_a:
+            grad_a = grad_h.t() @ (x2 if mask is None else x2.masked_fill(mask, 0.0))
+        if needs_x:
             lora_part = grad_h @ lora_a
-            if ctx.p > 0:
-                lora_part.masked_fill_(mask if mask is not None else drop_mask(lora_part.shape, ctx.p, ctx.seed), 0.0)
+            if mask is not None:
+                lora_part.masked_fill_(mask, 0.0)
             grad_x = lora_part.addmm_(g, weight).view(x.shape)
         return grad_x, None, None, grad_a, grad_b, None, None, None
 

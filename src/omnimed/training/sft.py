@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import lightning as L
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy, SingleDeviceStrategy
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
@@ -166,8 +167,10 @@ class SFTModule(L.LightningModule):
         :meth:`build_model_for_export`). For SmolLM2 that is 20 MB instead of 560 MB per checkpoint, and saving
         no longer serialises 540 MB of weights (the default job's memory peak). Full fine-tuning, DeepSpeed and
         FSDP2 checkpoints are kept whole."""
-        single = type(self.trainer.strategy).__name__ in ("SingleDeviceStrategy", "DDPStrategy")
-        if not (self.model_cfg.lora.enabled and single and "state_dict" in checkpoint):
+        strategy = self.trainer.strategy
+        whole_state = isinstance(strategy, (SingleDeviceStrategy, DDPStrategy)) and not isinstance(
+            strategy, DeepSpeedStrategy)  # DeepSpeedStrategy is a DDPStrategy that saves its own way
+        if not (self.model_cfg.lora.enabled and whole_state and "state_dict" in checkpoint):
             return
         frozen = self._frozen_keys()
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k not in frozen}
@@ -219,7 +222,7 @@ class SFTModule(L.LightningModule):
         self._micro_batch_tokens = self.task_cfg.micro_batch_tokens
         strategy = self.trainer.strategy
         if self._micro_batch_tokens is not None and (
-            self.trainer.world_size > 1 or "deepspeed" in type(strategy).__name__.lower()
+            self.trainer.world_size > 1 or isinstance(strategy, DeepSpeedStrategy)
         ):
             log.warning(
                 "task.micro_batch_tokens=%d is not used with %s on %d process(es): whole batches are trained (lower "

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 
 from omnimed.models.config import LoraSettings, ModelConfig
 from omnimed.models.loading import load_causal_lm, load_tokenizer
-from omnimed.models.lora_fused import FusedLoraLinear, _LoraLinearFn, drop_mask
+from omnimed.models.lora_fused import FusedLoraLinear, _LoraLinearFn, keep_mask
 
 TINY = ModelConfig(name="tiny-llama", source="tiny", name_or_path="tiny-llama")
 
@@ -58,13 +59,22 @@ def test_the_fused_gradient_is_the_derivative_of_its_forward_with_dropout():
                                     (x, a, b))
 
 
-def test_the_dropout_mask_is_redrawn_from_its_seed_at_the_configured_rate():
-    shape = torch.Size((400, 500))
-    mask = drop_mask(shape, 0.1, seed=7)
-    assert mask.dtype == torch.bool and mask.shape == shape
-    assert torch.equal(mask, drop_mask(shape, 0.1, seed=7))
-    assert not torch.equal(mask, drop_mask(shape, 0.1, seed=8))
-    assert abs(mask.float().mean().item() - 0.1) < 0.003  # 200,000 draws: 4 standard deviations
+def test_the_dropout_mask_is_drawn_from_its_seed_at_the_configured_rate():
+    keep = keep_mask(200_000, 0.1, seed=7)
+    assert keep.dtype == np.bool_ and keep.shape == (200_000,)
+    assert np.array_equal(keep, keep_mask(200_000, 0.1, seed=7))
+    assert not np.array_equal(keep, keep_mask(200_000, 0.1, seed=8))
+    assert abs(1.0 - keep.mean() - 0.1) < 0.003  # 200,000 draws: 4 standard deviations
+
+
+def test_the_forward_drops_the_elements_its_mask_drops():
+    """With A = I and B = I the adapter path returns the dropped input: zeros exactly where the mask drops."""
+    x = torch.randn(6, 50) + 5.0  # no element is zero by chance
+    eye = torch.eye(50)
+    y = _LoraLinearFn.apply(x, torch.zeros(50, 50), None, eye, eye, 1.0, 0.25, 99)
+    keep = torch.from_numpy(keep_mask(x.numel(), 0.25, 99)).view(x.shape)
+    assert torch.equal(y == 0, ~keep)
+    assert torch.allclose(y[keep], x[keep] / 0.75)
 
 
 def test_with_dropout_and_checkpointing_the_recomputed_masks_are_the_forwards():

@@ -453,6 +453,17 @@ def test_weight_decay_groups(full_run):
     assert sum(len(g["params"]) for g in opt.param_groups) == len(list(module.model.parameters()))
 
 
+def test_adamw_runs_its_fused_kernel_where_lightning_can_clip_around_it(full_run, tokenizer):
+    """One process at full precision: torch's fused AdamW (one kernel for all parameters); mixed precision keeps
+    the per-parameter loop, because Lightning refuses to clip gradients for a fused optimizer there."""
+    _, module, _ = full_run
+    assert module.trainer.optimizers[0].defaults["fused"] is True
+    mixed = SFTModule(TINY, TaskConfig(max_length=64), tokenizer)
+    mixed.trainer = L.Trainer(accelerator="cpu", devices=1, precision="bf16-mixed", logger=False,
+                              enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    assert mixed._adamw() is torch.optim.AdamW
+
+
 def test_lora_trains_only_adapters(tokenizer):
     cfg = replace(TINY, lora=LoraSettings(enabled=True, r=4, alpha=8, dropout=0.0))
     task = TaskConfig(lr=1e-2, warmup_ratio=0.0, scheduler="constant", max_length=128, mask_spans=PARAGRAPH)

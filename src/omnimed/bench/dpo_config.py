@@ -30,6 +30,7 @@ class DPOBenchConfig(TrainBenchConfig):
     loss_rtol: float = 0.0
     loss_atol: float = 1e-5
     target_ratio: float = 1.3
+    target_peak_rss_mb: float | None = None  # the DPO goal is "no higher than TRL's"
     micro_batch_tokens: int | None = None  # DPO scores each batch of pairs whole
 
     def validate(self) -> None:

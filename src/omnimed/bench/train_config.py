@@ -57,7 +57,8 @@ class TrainBenchConfig:
     repeats: int = 1
     loss_rtol: float = 1e-3
     loss_atol: float = 0.0  # first-step losses match when |diff| <= max(loss_atol, loss_rtol * |loss|)
-    target_ratio: float = 1.2
+    target_ratio: float = 1.5  # issue 18: ours at least 1.5x TRL's real tokens/s
+    target_peak_rss_mb: float | None = 2000.0  # issue 18: our peak RSS at most 2.0 GB
     target_real_fraction: float = 0.9
     child_timeout_s: float = 1800.0
     sides: list[str] = field(default_factory=lambda: list(SIDES))

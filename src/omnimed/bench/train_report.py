@@ -17,8 +17,8 @@ def _median(values: Sequence[float]) -> float:
 def compare(ours: dict[str, Any], trl: dict[str, Any], cfg: TrainBenchConfig) -> dict[str, Any]:
     """Ratios ours/TRL (tokens/s, step time, tokens per CPU second, peak RSS, peak GPU memory on a GPU), the
     first-step loss check (within ``cfg.loss_atol`` or ``cfg.loss_rtol``), whether TRL saw our first batch, whether
-    the real tokens/s ratio meets ``target_ratio`` and whether our peak RSS (and GPU memory) is no higher than
-    TRL's."""
+    the real tokens/s ratio meets ``target_ratio``, whether our peak RSS (and GPU memory) is no higher than
+    TRL's and whether our peak RSS is within ``target_peak_rss_mb`` where the bench sets one."""
     out: dict[str, Any] = {
         "ratio_tokens_per_s_real": round(ours["tokens_per_s_real"] / trl["tokens_per_s_real"], 3),
         "ratio_tokens_per_s_total": round(ours["tokens_per_s_total"] / trl["tokens_per_s_total"], 3),
@@ -37,6 +37,8 @@ def compare(ours: dict[str, Any], trl: dict[str, Any], cfg: TrainBenchConfig) ->
     out["same_first_batch"] = bool(trl.get("first_batch_identical_to_ours"))
     out["meets_ratio_target"] = out["ratio_tokens_per_s_real"] >= cfg.target_ratio
     out["peak_rss_not_higher"] = ours["peak_rss_mb"] <= trl["peak_rss_mb"]
+    if cfg.target_peak_rss_mb is not None:
+        out["meets_peak_rss_target"] = ours["peak_rss_mb"] <= cfg.target_peak_rss_mb
     if ours.get("peak_gpu_allocated_mb") and trl.get("peak_gpu_allocated_mb"):
         out["ratio_peak_gpu_allocated"] = round(ours["peak_gpu_allocated_mb"] / trl["peak_gpu_allocated_mb"], 3)
         out["peak_gpu_not_higher"] = ours["peak_gpu_allocated_mb"] <= trl["peak_gpu_allocated_mb"]

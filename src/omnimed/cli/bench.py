@@ -19,18 +19,17 @@
 
 ``train`` runs our SFT step (Lightning + ``SFTModule``) and TRL's ``SFTTrainer`` on the same model, data and
 settings, each side in its own child process, and prints tokens/s, step time, peak RSS, first-step loss and the
-ratio ours/TRL (see ``omnimed.bench.train``); the full result goes to a JSON file. ``dpo`` does the same for
-DPO: our ``DPOModule`` against TRL's ``DPOTrainer`` on the same preference pairs built from the synthetic world
-(batch = pairs; tokens/s count the real tokens of the chosen and rejected rows; see ``omnimed.bench.dpo``).
-``world`` times a world build.
-``retrieval`` times BM25 (against rank-bm25 on the same tokens), FAISS flat and HNSW on the world corpus and
-the real corpora (``$OMNIMED_REALDATA``; skipped when unset) and checks the targets (see ``omnimed.bench.retrieval``).
-``scoring`` times Self-BioRAG's branch scoring on the hf backend with and without its prompt caches (see
-``omnimed.bench.scoring``). ``plan`` times Omni-RAG's planner, seconds per sample on each backend (see
-``omnimed.bench.plan``). ``polyview`` times PolyRAG scoring one query's 15 candidates with every view (LM relevance
-and supplement judges on the hf backend, the utility encoder, authority, timeliness, the mixture and the DBSCAN
-selection), cold, milliseconds per query against the 200 ms goal (see ``omnimed.bench.polyview``). ``distill`` runs
-our utility-distillation step (Lightning + ``DistillModule``) and sentence-transformers'
+ratio ours/TRL (see ``omnimed.bench.train``); the full result goes to a JSON file. ``dpo`` does the same for DPO:
+our ``DPOModule`` against TRL's ``DPOTrainer`` on the same preference pairs built from the synthetic world (batch =
+pairs; tokens/s count the real tokens of the chosen and rejected rows; see ``omnimed.bench.dpo``). ``world`` times a
+world build. ``retrieval`` times BM25 (against rank-bm25 on the same tokens), FAISS flat and HNSW on the world
+corpus and the real corpora (``$OMNIMED_REALDATA``; skipped when unset) and checks the targets (see
+``omnimed.bench.retrieval``). ``scoring`` times Self-BioRAG's branch scoring on the hf backend with and without its
+prompt caches (see ``omnimed.bench.scoring``). ``plan`` times Omni-RAG's planner, seconds per sample on each backend
+(see ``omnimed.bench.plan``). ``polyview`` times PolyRAG scoring one query's 15 candidates with every view (LM
+relevance and supplement judges on the hf backend, the utility encoder, authority, timeliness, the mixture and the
+DBSCAN selection), cold, milliseconds per query against the 200 ms goal (see ``omnimed.bench.polyview``).
+``distill`` runs our utility-distillation step (Lightning + ``DistillModule``) and sentence-transformers'
 ``SentenceTransformerTrainer`` with the same listwise KL on the same model, batches and settings, each side in its
 own process, and compares samples/s (see ``omnimed.bench.distill``).
 """
@@ -296,8 +295,7 @@ SIDE_ROWS: list[tuple[str, str, int]] = [
     ("peak GPU memory allocated (MB)", "peak_gpu_allocated_mb", 5),
     ("peak GPU memory reserved (MB)", "peak_gpu_reserved_mb", 5),
     ("RSS after model load (MB)", "rss_after_model_load_mb", 5),
-    ("threads in loop", "threads", 4),
-    ("setup (s)", "setup_s", 4),
+    ("threads in loop", "threads", 4), ("setup (s)", "setup_s", 4),
 ]
 
 
@@ -328,8 +326,10 @@ def sides_table(result: dict[str, Any], title: str) -> Table:
         table.add_row("ours / TRL real tokens per CPU s", _fmt(comp["ratio_real_tokens_per_cpu_s"]), "")
         if len(result.get("ratios_per_repeat", [])) > 1:
             table.add_row("ratio per repeat", ", ".join(map(str, result["ratios_per_repeat"])), "")
+        rss_goal = (f"; ours <= {cfg['target_peak_rss_mb']:,.0f} MB: {_fmt(comp['meets_peak_rss_target'])}"
+                    if "meets_peak_rss_target" in comp else "")
         table.add_row("ours / TRL peak RSS", _fmt(comp["ratio_peak_rss"]),
-                      f"not higher: {_fmt(comp.get('peak_rss_not_higher'))}")
+                      f"not higher: {_fmt(comp.get('peak_rss_not_higher'))}{rss_goal}")
         if "ratio_peak_gpu_allocated" in comp:
             table.add_row("ours / TRL peak GPU memory allocated", _fmt(comp["ratio_peak_gpu_allocated"]),
                           f"not higher: {_fmt(comp.get('peak_gpu_not_higher'))}")

@@ -7,14 +7,17 @@ LoRA on the seven projections (issue 18's profile) that costs, per adapted layer
   its mask: 850 MB of the step's 2.2 GB of saved activations, although q, k and v (and gate and up) read one and
   the same input;
 * **time**: ``bernoulli_`` draws the mask from torch's Mersenne Twister one element at a time (1.4 ms for a
-  4 x 150 x 576 input, 14% of the step), and the scaled adapter output and the sum are two more full-width passes.
+  4 x 150 x 576 input, 14% of the step), ``masked_fill`` applies it at a few GB/s, and the scaled adapter output and
+  the sum are two more full-width passes.
 
 :class:`FusedLoraLinear` keeps the input itself (shared with the other projections that read it), the adapter's
-``r``-wide activation and a seed: the dropout mask is drawn again from the seed in the backward pass instead of being
-stored. The adapter's output is added into the base output in place (``addmm_``). The mask is Bernoulli(1 - p) per
-element as PEFT's, from numpy's PCG64 seeded by a draw from torch's generator (so ``seed_everything`` makes it
-reproducible), 16 bits per element: the drop rate is ``p`` rounded to a multiple of 1/65,536 (0.05 -> 0.0500031).
-The draws differ from PEFT's, the distribution does not; with ``p = 0`` the layer computes exactly what PEFT's does.
+``r``-wide activation and the mask packed to one bit per element (1/32 of a float copy). The adapter's output is added
+into the base output in place (``addmm_``). The mask is Bernoulli(1 - p) per element as PEFT's, from numpy's SFC64
+seeded by a draw from torch's generator (so ``seed_everything`` makes it reproducible, and activation checkpointing's
+second forward draws the same mask), 16 bits per element: the drop rate is ``p`` rounded to a multiple of 1/65,536
+(0.05 -> 0.0500031). It is applied as a multiplication by a 0/1 float mask, a vectorised pass several times faster
+than ``masked_fill`` on CPU. The draws differ from PEFT's, the distribution does not; with ``p = 0`` the layer computes
+exactly what PEFT's does.
 
 The fused path runs where it is exact and safe; everywhere else the layer is PEFT's own (:meth:`FusedLoraLinear.
 forward`): one active vanilla adapter, not merged, an ``nn.Linear`` base whose weight does not train, no autocast
@@ -34,14 +37,18 @@ from peft.tuners.lora.layer import Linear as PeftLoraLinear
 from torch import nn
 
 
-def drop_mask(shape: torch.Size, p: float, seed: int) -> torch.Tensor:
-    """Bernoulli(``p``) mask of ``shape`` (bool, True where an element is dropped), drawn from PCG64 seeded with
-    ``seed``: the same ``seed`` gives the same mask, which lets the backward pass draw it again instead of storing
-    it. A bool mask applied with ``masked_fill`` costs no float copy of it."""
-    n = int(np.prod(shape))
-    words = np.random.PCG64(seed).random_raw((n + 3) // 4)
-    halves = torch.from_numpy(words.view(np.int16)[:n])  # uniform over the 65,536 int16 values
-    return (halves < round(p * 65536) - 32768).view(shape)
+def keep_mask(numel: int, p: float, seed: int) -> np.ndarray:
+    """Bernoulli(1 - ``p``) keep mask of ``numel`` elements (bool, True where an element is kept), drawn from SFC64
+    seeded with ``seed``: the same ``seed`` gives the same mask (activation checkpointing's second forward relies on
+    it)."""
+    words = np.random.SFC64(seed).random_raw((numel + 3) // 4)
+    halves = words.view(np.int16)[:numel]  # uniform over the 65,536 int16 values
+    return np.greater_equal(halves, round(p * 65536) - 32768)
+
+
+def _as_factor(keep: np.ndarray, like: torch.Tensor) -> torch.Tensor:
+    """``keep`` as a 0/1 tensor of ``like``'s dtype and shape, to multiply with."""
+    return torch.from_numpy(keep.view(np.uint8)).to(like.dtype).view(like.shape)
 
 
 class _LoraLinearFn(torch.autograd.Function):
@@ -54,12 +61,13 @@ class _LoraLinearFn(torch.autograd.Function):
                 lora_b: torch.Tensor, scale: float, p: float, seed: int) -> torch.Tensor:
         y = F.linear(x, weight, bias)
         x2 = x.reshape(-1, x.shape[-1])
-        dropped = x2.masked_fill(drop_mask(x2.shape, p, seed), 0.0) if p > 0 else x2
-        h = dropped @ lora_a.t()
+        keep = keep_mask(x2.numel(), p, seed) if p > 0 else None
+        h = (x2 if keep is None else x2 * _as_factor(keep, x2)) @ lora_a.t()
         s = scale / (1.0 - p)
         y.view(-1, y.shape[-1]).addmm_(h, lora_b.t(), alpha=s)
         ctx.save_for_backward(x, weight, lora_a, lora_b, h)
-        ctx.s, ctx.p, ctx.seed = s, p, seed
+        ctx.s = s
+        ctx.packed_keep = None if keep is None else np.packbits(keep)
         return y
 
     @staticmethod
@@ -70,14 +78,16 @@ class _LoraLinearFn(torch.autograd.Function):
         grad_b = (g.t() @ h).mul_(ctx.s) if ctx.needs_input_grad[4] else None
         x2 = x.reshape(-1, x.shape[-1])
         needs_x, needs_a = ctx.needs_input_grad[0], ctx.needs_input_grad[3]
-        mask = drop_mask(x2.shape, ctx.p, ctx.seed) if ctx.p > 0 and (needs_x or needs_a) else None
+        factor = None
+        if ctx.packed_keep is not None and (needs_x or needs_a):
+            factor = _as_factor(np.unpackbits(ctx.packed_keep, count=x2.numel()).view(bool), x2)
         grad_a = grad_x = None
         if needs_a:
-            grad_a = grad_h.t() @ (x2 if mask is None else x2.masked_fill(mask, 0.0))
+            grad_a = grad_h.t() @ (x2 if factor is None else x2 * factor)
         if needs_x:
             lora_part = grad_h @ lora_a
-            if mask is not None:
-                lora_part.masked_fill_(mask, 0.0)
+            if factor is not None:
+                lora_part.mul_(factor)
             grad_x = lora_part.addmm_(g, weight).view(x.shape)
         return grad_x, None, None, grad_a, grad_b, None, None, None
 

@@ -297,13 +297,24 @@ class SFTModule(L.LightningModule):
     # ------------------------------------------------------------------------------------------- optimisation
     def _adamw(self) -> Any:
         """torch's AdamW, or DeepSpeed's CPU AdamW when ZeRO offloads the optimizer state to the CPU (DeepSpeed
-        refuses a torch optimizer there: the update runs on the CPU, where its vectorised kernel is the fast one)."""
-        config = getattr(self.trainer.strategy, "config", None) or {}
+        refuses a torch optimizer there: the update runs on the CPU, where its vectorised kernel is the fast one).
+
+        torch's AdamW runs its fused kernel (one call for all parameters instead of a dozen small ops per LoRA
+        matrix, 4x faster for SmolLM2's 420 adapters on CPU) on one process or DDP at full precision; under mixed
+        precision Lightning refuses gradient clipping with a fused optimizer, and DeepSpeed and FSDP2 shard the
+        parameters their own way, so those get the per-parameter loop."""
+        strategy = self.trainer.strategy
+        config = getattr(strategy, "config", None) or {}
         offload = (config.get("zero_optimization") or {}).get("offload_optimizer") or {}
         if offload.get("device") == "cpu":
             from deepspeed.ops.adam import DeepSpeedCPUAdam
 
             return partial(DeepSpeedCPUAdam, adamw_mode=True)
+        from lightning.pytorch.plugins.precision import MixedPrecision
+
+        plain = isinstance(strategy, (SingleDeviceStrategy, DDPStrategy)) and not isinstance(strategy, DeepSpeedStrategy)
+        if plain and not isinstance(self.trainer.precision_plugin, MixedPrecision):
+            return partial(torch.optim.AdamW, fused=True)
         return torch.optim.AdamW
 
     def configure_optimizers(self) -> dict[str, Any]:

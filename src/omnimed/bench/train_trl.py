@@ -2,8 +2,9 @@
 
 TRL's side is ``trl.SFTTrainer`` with ``SFTConfig`` (``completion_only_loss``, ``max_length``, no gradient
 checkpointing, fp32, ``use_cpu``, our model with PEFT's own LoRA layers (``trl_model_config``),
-``optim="adamw_torch_fused"`` (HF's default) where ours runs torch's fused AdamW (one process at full precision)
-and ``"adamw_torch"`` elsewhere, i.e. the same optimizer as ours, same lr/clipping/schedule, logging every step, no reporting, no saving, no progress output).
+``optim="adamw_torch_fused"`` (HF's default) where ours runs torch's fused AdamW (one process at full precision) and
+``"adamw_torch"`` elsewhere, i.e. the same optimizer as ours, same lr/clipping/schedule, logging every step, no
+reporting, no saving, no progress output).
 With ``trl_order="matched"`` (default) it consumes exactly our first-epoch batches: unpacked, our sampler's order of
 the same prompt/completion strings, tokenized by TRL itself (its own completion mask), read sequentially; packed,
 our packed blocks as a pre-tokenized dataset. Equal first batches make the first-step losses comparable and isolate

@@ -15,8 +15,8 @@ LoRA on the seven projections (issue 18's profile) that costs, per adapted layer
 into the base output in place (``addmm_``). The mask is Bernoulli(1 - p) per element as PEFT's, from numpy's SFC64
 seeded by a draw from torch's generator (so ``seed_everything`` makes it reproducible, and activation checkpointing's
 second forward draws the same mask), 16 bits per element: the drop rate is ``p`` rounded to a multiple of 1/65,536
-(0.05 -> 0.0500031). It is applied as a multiplication by a 0/1 float mask, a vectorised pass several times faster
-than ``masked_fill`` on CPU. The draws differ from PEFT's, the distribution does not; with ``p = 0`` the layer computes
+(0.05 -> 0.0500031). It is applied by multiplying with the mask (numpy, bool times float, on CPU), a vectorised
+pass several times faster than ``masked_fill``. The draws differ from PEFT's, the distribution does not; with ``p = 0`` the layer computes
 exactly what PEFT's does.
 
 The fused path runs where it is exact and safe; everywhere else the layer is PEFT's own (:meth:`FusedLoraLinear.
@@ -46,9 +46,17 @@ def keep_mask(numel: int, p: float, seed: int) -> np.ndarray:
     return np.greater_equal(halves, round(p * 65536) - 32768)
 
 
-def _as_factor(keep: np.ndarray, like: torch.Tensor) -> torch.Tensor:
-    """``keep`` as a 0/1 tensor of ``like``'s dtype and shape, to multiply with."""
-    return torch.from_numpy(keep.view(np.uint8)).to(like.dtype).view(like.shape)
+def _kept(t: torch.Tensor, keep: np.ndarray, *, in_place: bool = False) -> torch.Tensor:
+    """``t`` with the elements ``keep`` drops set to zero (a copy, or ``t`` itself with ``in_place``). On CPU, for
+    dtypes numpy has, numpy multiplies by the bool mask directly, allocating no float mask (the transient copies it
+    would add showed as 100 MB more peak RSS in the default job); elsewhere a 0/1 factor of ``t``'s dtype on its
+    device."""
+    if t.device.type == "cpu" and t.dtype in (torch.float32, torch.float64, torch.float16) and t.is_contiguous():
+        out = t if in_place else torch.empty_like(t)
+        np.multiply(t.detach().numpy().reshape(-1), keep, out=out.detach().numpy().reshape(-1))
+        return out
+    factor = torch.from_numpy(keep.view(np.uint8)).to(device=t.device, dtype=t.dtype).view(t.shape)
+    return t.mul_(factor) if in_place else t * factor
 
 
 class _LoraLinearFn(torch.autograd.Function):
@@ -62,7 +70,7 @@ class _LoraLinearFn(torch.autograd.Function):
         y = F.linear(x, weight, bias)
         x2 = x.reshape(-1, x.shape[-1])
         keep = keep_mask(x2.numel(), p, seed) if p > 0 else None
-        h = (x2 if keep is None else x2 * _as_factor(keep, x2)) @ lora_a.t()
+        h = (x2 if keep is None else _kept(x2, keep)) @ lora_a.t()
         s = scale / (1.0 - p)
         y.view(-1, y.shape[-1]).addmm_(h, lora_b.t(), alpha=s)
         ctx.save_for_backward(x, weight, lora_a, lora_b, h)
@@ -78,16 +86,16 @@ class _LoraLinearFn(torch.autograd.Function):
         grad_b = (g.t() @ h).mul_(ctx.s) if ctx.needs_input_grad[4] else None
         x2 = x.reshape(-1, x.shape[-1])
         needs_x, needs_a = ctx.needs_input_grad[0], ctx.needs_input_grad[3]
-        factor = None
+        keep = None
         if ctx.packed_keep is not None and (needs_x or needs_a):
-            factor = _as_factor(np.unpackbits(ctx.packed_keep, count=x2.numel()).view(bool), x2)
+            keep = np.unpackbits(ctx.packed_keep, count=x2.numel()).view(bool)
         grad_a = grad_x = None
         if needs_a:
-            grad_a = grad_h.t() @ (x2 if factor is None else x2 * factor)
+            grad_a = grad_h.t() @ (x2 if keep is None else _kept(x2, keep))
         if needs_x:
             lora_part = grad_h @ lora_a
-            if factor is not None:
-                lora_part.mul_(factor)
+            if keep is not None:
+                _kept(lora_part, keep, in_place=True)
             grad_x = lora_part.addmm_(g, weight).view(x.shape)
         return grad_x, None, None, grad_a, grad_b, None, None, None
 

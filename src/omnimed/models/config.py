@@ -19,8 +19,8 @@ class LoraSettings:
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     )
     merge_on_export: bool = True  # hf/: the merged model (plain transformers loads it), hf/adapter/: the adapter
-    # base + adapter + dropout as one autograd node (omnimed.models.lora_fused): the dropout mask is drawn again in
-    # the backward pass instead of stored; PEFT's own forward where that would not be exact (bf16 autocast, ZeRO-3)
+    # base + adapter + dropout as one autograd node (omnimed.models.lora_fused): the dropout mask is kept as one bit
+    # per element, not as a copy of the input; PEFT's own forward where that would not be exact (bf16 autocast, ZeRO-3)
     fused: bool = True
 
 

@@ -11,13 +11,13 @@ LoRA on the seven projections (issue 18's profile) that costs, per adapted layer
   the sum are two more full-width passes.
 
 :class:`FusedLoraLinear` keeps the input itself (shared with the other projections that read it), the adapter's
-``r``-wide activation and the mask packed to one bit per element (1/32 of a float copy). The adapter's output is added
-into the base output in place (``addmm_``). The mask is Bernoulli(1 - p) per element as PEFT's, from numpy's SFC64
-seeded by a draw from torch's generator (so ``seed_everything`` makes it reproducible, and activation checkpointing's
-second forward draws the same mask), 16 bits per element: the drop rate is ``p`` rounded to a multiple of 1/65,536
-(0.05 -> 0.0500031). It is applied by multiplying with the mask (numpy, bool times float, on CPU), a vectorised
-pass several times faster than ``masked_fill``. The draws differ from PEFT's, the distribution does not; with ``p = 0`` the layer computes
-exactly what PEFT's does.
+``r``-wide activation and the mask packed to one bit per element (1/32 of a float copy). The adapter's output is
+added into the base output in place (``addmm_``). The mask is Bernoulli(1 - p) per element as PEFT's, from numpy's
+SFC64 seeded by a draw from torch's generator (so ``seed_everything`` makes it reproducible, and activation
+checkpointing's second forward draws the same mask), 16 bits per element: the drop rate is ``p`` rounded to a
+multiple of 1/65,536 (0.05 -> 0.0500031). It is applied by multiplying with the mask (numpy, bool times float, on
+CPU), a vectorised pass several times faster than ``masked_fill``. The draws differ from PEFT's, the distribution
+does not; with ``p = 0`` the layer computes exactly what PEFT's does.
 
 The fused path runs where it is exact and safe; everywhere else the layer is PEFT's own (:meth:`FusedLoraLinear.
 forward`): one active vanilla adapter, not merged, an ``nn.Linear`` base whose weight does not train, no autocast

@@ -80,6 +80,12 @@ def optimizer_groups(model: nn.Module, weight_decay: float) -> list[dict[str, An
     return [g for g in groups if g["params"]]
 
 
+def _plain_strategy(strategy: Any) -> bool:
+    """One process or DDP, each process holding the whole model and optimizer (DeepSpeedStrategy is a DDPStrategy
+    that partitions and saves its own way; FSDP2 shards)."""
+    return isinstance(strategy, (SingleDeviceStrategy, DDPStrategy)) and not isinstance(strategy, DeepSpeedStrategy)
+
+
 class SFTModule(L.LightningModule):
     """Causal-LM SFT: loss on the supervised tokens, AdamW + warmup/decay schedule stepped every optimizer step.
 
@@ -167,10 +173,7 @@ class SFTModule(L.LightningModule):
         :meth:`build_model_for_export`). For SmolLM2 that is 20 MB instead of 560 MB per checkpoint, and saving
         no longer serialises 540 MB of weights (the default job's memory peak). Full fine-tuning, DeepSpeed and
         FSDP2 checkpoints are kept whole."""
-        strategy = self.trainer.strategy
-        whole_state = isinstance(strategy, (SingleDeviceStrategy, DDPStrategy)) and not isinstance(
-            strategy, DeepSpeedStrategy)  # DeepSpeedStrategy is a DDPStrategy that saves its own way
-        if not (self.model_cfg.lora.enabled and whole_state and "state_dict" in checkpoint):
+        if not (self.model_cfg.lora.enabled and _plain_strategy(self.trainer.strategy) and "state_dict" in checkpoint):
             return
         frozen = self._frozen_keys()
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k not in frozen}
@@ -312,8 +315,7 @@ class SFTModule(L.LightningModule):
             return partial(DeepSpeedCPUAdam, adamw_mode=True)
         from lightning.pytorch.plugins.precision import MixedPrecision
 
-        plain = isinstance(strategy, (SingleDeviceStrategy, DDPStrategy)) and not isinstance(strategy, DeepSpeedStrategy)
-        if plain and not isinstance(self.trainer.precision_plugin, MixedPrecision):
+        if _plain_strategy(strategy) and not isinstance(self.trainer.precision_plugin, MixedPrecision):
             return partial(torch.optim.AdamW, fused=True)
         return torch.optim.AdamW
 

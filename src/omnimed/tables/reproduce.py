@@ -191,6 +191,7 @@ def validate(plans: list[RowPlan], manifest: TableManifest, *, launcher: str = D
     runs_dir = runs_dir or Path("runs")
     register_evaluate_configs()
     GlobalHydra.instance().clear()
+    composed: set[tuple[str, ...]] = set()  # a list is composed once (a quarter of the shipped tables' repeat)
     with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
         for plan in plans:
             # a row whose every column waits for a loader runs nothing, but its overrides must still compose; the
@@ -201,6 +202,9 @@ def validate(plans: list[RowPlan], manifest: TableManifest, *, launcher: str = D
                 for ordered in (plan.overrides, plan.row_last):
                     overrides = (run_overrides(plan, manifest, runs_dir, launcher, key, ordered, folder, extra)
                                  if key else [*ordered, f"{LAUNCHER_GROUP}{launcher}"])
+                    if tuple(overrides) in composed:
+                        continue
+                    composed.add(tuple(overrides))
                     try:
                         compose("evaluate", overrides=overrides, return_hydra_config=True)
                     except Exception as exc:  # Hydra raises several kinds; all mean the row is wrong

@@ -171,6 +171,28 @@ def test_the_distilled_embedder_trains_through_the_engine_and_its_export_loads_a
     with torch.no_grad():
         mine = module.embed(texts).numpy()
     assert np.allclose(exported.encode(texts, normalize_embeddings=True), mine, atol=1e-5)
+    # BERT's pooler takes no part in the mean-pooled embedding: frozen, so DDP has no parameter without a gradient
+    assert module.frozen_unused and all(".pooler." in name for name in module.frozen_unused), module.frozen_unused
+
+
+def test_the_embedder_trains_under_ddp_on_two_processes(utility, tmp_path):
+    """`omnimed-train +preset=polyrag_utility_embed_miniature strategy=ddp trainer.devices=2` (gloo on CPU): it
+    failed with DDP's "parameters that were not used in producing the loss" (the pooler) before the unused ones were
+    frozen. The loss falls and rank 0 exports a folder that sentence-transformers loads."""
+    from sentence_transformers import SentenceTransformer
+
+    result, _, _ = utility
+    res = subprocess.run(
+        [str(BIN / "omnimed-train"), "+preset=polyrag_utility_embed_miniature",
+         f"data.path={result.path}", "data.val_fraction=0.2", "trainer.max_epochs=2", "task.lr=2e-4",
+         "task.passage_window=8", "logger=none", "run_name=distill-ddp", f"paths.root={tmp_path}",
+         f"hydra.run.dir={tmp_path}/run", "strategy=ddp", "trainer.devices=2", "trainer.num_threads=1"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["train/loss_last"] < metrics["train/loss_first"], metrics
+    hf = tmp_path / "checkpoints" / "utility_embed" / "distill-ddp" / "hf"
+    assert SentenceTransformer(str(hf), device="cpu").encode(["a query"]).shape == (1, 384)
 
 
 
@@ -185,7 +207,10 @@ def test_distillation_refuses_a_causal_lm_and_a_bad_temperature():
     from omnimed.training.distill import _module
 
     cfg = TrainConfig()
-    cfg.task.objective = "distill"
+    cfg.task.objective, cfg.strategy.name = "distill", "fsdp2"
+    assert "strategy='fsdp2': expected cpu or ddp with task.objective=distill" in " ; ".join(config_problems(cfg))
+    cfg.strategy.name = "ddp"
+    assert not config_problems(cfg)
     with pytest.raises(ValueError, match="trains a sentence-transformers encoder; model=.* kind='causal_lm'"):
         _module(cfg, None)
 

@@ -467,6 +467,26 @@ def test_zero3_cli_two_processes_full_finetune_exports_a_plain_hf_model(tmp_path
     assert moved, "the exported model equals the untrained one"
 
 
+def test_fsdp2_cli_two_processes_exports_the_trained_adapter(tmp_path):
+    """FSDP2 (Lightning's ModelParallelStrategy) on 2 CPU ranks through ``omnimed-train``: training ends with the
+    parameters sharded, so the export is rebuilt from the distributed checkpoint the ranks saved, and its adapter
+    holds exactly the trained weights (it failed with "parameter ... is sharded" before)."""
+    from omnimed.models.exported import load_exported
+    from omnimed.training.export import consolidate_checkpoint
+
+    train(tmp_path, *ZERO3, "strategy=fsdp2", "run_name=fsdp2lora", timeout=600)
+    run = tmp_path / "checkpoints" / "sft" / "fsdp2lora"
+    assert len(list((run / "lightning" / "last.ckpt").glob("*.distcp"))) == 2  # one shard file per rank
+    trained = consolidate_checkpoint(run / "lightning" / "last.ckpt")
+    adapter = load_file(run / "hf" / "adapter" / "adapter_model.safetensors")
+    assert adapter and any(v.abs().sum() > 0 for k, v in adapter.items() if "lora_B" in k)  # B starts at 0
+    for key, value in adapter.items():
+        own = key.replace(".lora_A.weight", ".lora_A.default.weight").replace(".lora_B.weight", ".lora_B.default.weight")
+        torch.testing.assert_close(value, trained[own], rtol=0, atol=0, msg=key)
+    model, _ = load_exported(run / "hf")
+    assert torch.isfinite(model(input_ids=torch.tensor([[1, 2, 3]])).logits).all()
+
+
 def test_zero3_cli_lora_with_added_tokens_exports_a_loadable_adapter(tmp_path):
     """LoRA + new special tokens under ZeRO-3 on CPU: embeddings grow inside zero.Init, the new rows train, and the
     exported adapter reloads with its tokenizer and emits the new token ids."""

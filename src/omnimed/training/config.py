@@ -155,6 +155,9 @@ def config_problems(cfg: TrainConfig) -> list[str]:
     need(t.temperature > 0, "task.temperature", t.temperature, "a softmax temperature > 0")
     need(t.teacher_temperature > 0, "task.teacher_temperature", t.teacher_temperature, "a softmax temperature > 0")
     need(t.passage_window >= 1, "task.passage_window", t.passage_window, "at least 1 passage per query")
+    need(t.objective != "distill" or cfg.strategy.name in ("cpu", "ddp"), "strategy", cfg.strategy.name,
+         "cpu or ddp with task.objective=distill (a bi-encoder, BGE-M3's 568M parameters, fits one device: it is "
+         "replicated, not sharded)")
     need(d.source in DATA_SOURCES, "data.source", d.source, f"one of {', '.join(DATA_SOURCES)}")
     if d.source == "records" and not d.path:
         problems.append(f"data.path is not set: data={d.name} (data.source=records) reads a records.jsonl or an "

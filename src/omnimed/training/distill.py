@@ -82,6 +82,20 @@ class DistillDataModule(L.LightningDataModule):
         return DataLoader(self.val_items, batch_size=self.data_cfg.batch_size, collate_fn=self.collate)
 
 
+def freeze_unused(encoder: Any) -> list[str]:
+    """Freeze the parameters that the sentence embedding does not depend on (BERT's pooler, which mean or CLS
+    pooling of the token states never reads), found by one backward pass of a probe text; returns their names.
+    They would get no gradient and never change anyway (AdamW skips them), but DDP refuses a step in which a
+    trainable parameter took no part in the loss."""
+    encoder(encoder.preprocess(["probe"]))["sentence_embedding"].sum().backward()
+    unused = [name for name, p in encoder.named_parameters() if p.requires_grad and p.grad is None]
+    for name, p in encoder.named_parameters():
+        p.grad = None
+        if name in unused:
+            p.requires_grad_(False)
+    return unused
+
+
 class DistillModule(L.LightningModule):
     """The bi-encoder and its listwise loss (module doc); ``model_cfg``: an encoder model config."""
 
@@ -93,6 +107,7 @@ class DistillModule(L.LightningModule):
         self.encoder = load_encoder(model_cfg).train()  # loaded in eval mode; trained with its dropout, as FlagEmbedding
         if task_cfg.max_length:
             self.encoder.max_seq_length = min(self.encoder.max_seq_length or task_cfg.max_length, task_cfg.max_length)
+        self.frozen_unused = freeze_unused(self.encoder)
 
     def embed(self, texts: Sequence[str]) -> torch.Tensor:
         features = self.encoder.preprocess(list(texts))  # tokenize() is deprecated in sentence-transformers 6
@@ -163,9 +178,6 @@ def _module(cfg: Any, tokenizer: Any) -> DistillModule:
     if cfg.model.kind != "encoder":
         raise ValueError(f"task.objective=distill trains a sentence-transformers encoder; model={cfg.model.name} has "
                          f"kind={cfg.model.kind!r} (use model=minilm-l6, model=bge-m3 or an encoder folder)")
-    if cfg.strategy.name == "deepspeed":
-        raise ValueError("task.objective=distill runs under strategy=cpu, ddp or fsdp2, not deepspeed: a bi-encoder "
-                         "(BGE-M3: 568M parameters) fits one device, and its export is the unpartitioned model")
     return DistillModule(cfg.model, cfg.task)
 
 

@@ -386,7 +386,7 @@ def train(
         if objective.export is not None:
             if trainer.is_global_zero:
                 objective.export(module, tokenizer, hf_dir, cfg)
-        elif cfg.strategy.name == "deepspeed":
+        elif cfg.strategy.name in ("deepspeed", "fsdp2"):  # sharded: rebuilt whole from the saved shards
             last = run_dir / "lightning" / "last.ckpt"  # the final step (StepCheckpoint)
             if trainer.is_global_zero:
                 state = consolidate_checkpoint(last, prefix=None)

@@ -85,9 +85,9 @@ class DistillBenchConfig:
             raise ValueError("steps >= 1, warmup >= 0, batch_size >= 1, window >= 2 and threads >= 1 are needed "
                              f"(got steps={self.steps}, warmup={self.warmup}, batch_size={self.batch_size}, "
                              f"window={self.window}, threads={self.threads})")
-        unknown = set(self.sides) - set(SIDES)
-        if unknown or not self.sides:
-            raise ValueError(f"sides must be a non-empty subset of {SIDES}, got {self.sides}")
+        from omnimed.bench.train_config import check_sides
+
+        check_sides(self.sides, SIDES)
 
     @property
     def total_steps(self) -> int:

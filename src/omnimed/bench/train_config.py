@@ -18,6 +18,12 @@ PRECISIONS = ("32-true", "bf16-mixed")
 STRATEGIES = ("single", "deepspeed_zero3")
 
 
+def check_sides(sides: list[str], known: tuple[str, ...]) -> None:
+    """Refuse an empty ``sides`` or one naming a side the bench does not have (``known``)."""
+    if not sides or set(sides) - set(known):
+        raise ValueError(f"sides must be a non-empty subset of {known}, got {sides}")
+
+
 @dataclass
 class TrainBenchConfig:
     """Everything both sides share. ``model`` is ``smollm2-135m`` (the real model), ``tiny-llama`` (tests) or
@@ -79,9 +85,7 @@ class TrainBenchConfig:
         if self.accelerator == "cpu" and self.precision != "32-true":
             raise ValueError("accelerator=cpu runs fp32 (precision=32-true): DeepSpeed on CPU is fp32 only, and "
                              "bf16 autocast on CPU is not a scenario anyone trains in")
-        unknown = set(self.sides) - set(SIDES)
-        if unknown or not self.sides:
-            raise ValueError(f"sides must be a non-empty subset of {SIDES}, got {self.sides}")
+        check_sides(self.sides, SIDES)
 
     @property
     def total_steps(self) -> int:

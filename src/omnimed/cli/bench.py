@@ -299,23 +299,28 @@ SIDE_ROWS: list[tuple[str, str, int]] = [
 ]
 
 
+def side_by_side(result: dict[str, Any], sides: tuple[str, ...], rows: Sequence[tuple[str, str, int]], *,
+                 title: str, caption: str) -> Table:
+    """A column per side present in ``result`` (its median run), a row per ``(label, key, digits)``."""
+    table, present = Table(title=title, caption=caption), [s for s in sides if s in result]
+    table.add_column("metric")
+    for side in present:
+        table.add_column(side, justify="right")
+    for label, key, digits in rows:
+        table.add_row(label, *(_fmt(result[s].get(key), digits) for s in present))
+    return table
+
+
 def sides_table(result: dict[str, Any], title: str) -> Table:
     """Ours and TRL's median runs side by side (:data:`SIDE_ROWS`), then the comparison: the ratios ours/TRL, each
     repeat's ratio, the first-step loss check, peak RSS; the caption holds the hardware and load."""
     cfg, hw = result["config"], result["hardware"]
     device = (f"{hw['gpu']} ({cfg['precision']}, {cfg['strategy']}); " if cfg.get("accelerator") == "cuda"
               and hw.get("gpu") else "")
-    table = Table(title=title, caption=(
+    table = side_by_side(result, ("ours", "trl"), SIDE_ROWS, title=title, caption=(
         f"{device}{hw['cpu_model']}, {hw['usable_cores']} usable cores, torch {hw['versions']['torch']}, trl "
         f"{hw['versions']['trl']}, lightning {hw['versions']['lightning']}; load avg before {hw['load_average']} "
-        f"after {hw.get('load_average_after')}"
-    ))
-    sides = [s for s in ("ours", "trl") if s in result]
-    table.add_column("metric")
-    for side in sides:
-        table.add_column(side, justify="right")
-    for label, key, digits in SIDE_ROWS:
-        table.add_row(label, *(_fmt(result[s].get(key), digits) for s in sides))
+        f"after {hw.get('load_average_after')}"))
     comp = result.get("comparison")
     if comp:
         table.add_section()
@@ -528,7 +533,8 @@ def distill_table(result: dict[str, Any]) -> Table:
     """Ours and sentence-transformers' median runs side by side, then the ratios, loss checks and goal."""
     cfg, hw, data = result["config"], result["hardware"], result["data"]
     versions = hw["versions"]
-    table = Table(
+    table = side_by_side(
+        result, ("ours", "st"), DISTILL_ROWS,
         title=f"omnimed-bench distill: {cfg['model']}, batch {cfg['batch_size']} queries x window {cfg['window']}, "
               f"{cfg['threads']} threads, W={cfg['warmup']} N={cfg['steps']}, {cfg['repeats']} repeat(s), dropout "
               f"{'on' if cfg['dropout'] else 'off'}, {'a process per side' if cfg['isolate'] else 'one process'}; "
@@ -536,12 +542,6 @@ def distill_table(result: dict[str, Any]) -> Table:
         caption=f"{hw['cpu_model']}, {hw['usable_cores']} usable cores, torch {versions['torch']}, lightning "
                 f"{versions['lightning']}, sentence-transformers {versions['sentence-transformers']}; load avg "
                 f"before {hw['load_average']} after {hw.get('load_average_after')}")
-    sides = [s for s in ("ours", "st") if s in result]
-    table.add_column("metric")
-    for side in sides:
-        table.add_column(side, justify="right")
-    for label, key, digits in DISTILL_ROWS:
-        table.add_row(label, *(_fmt(result[s].get(key), digits) for s in sides))
     comp = result.get("comparison")
     if comp:
         table.add_section()

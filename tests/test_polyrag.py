@@ -191,6 +191,7 @@ def test_the_embedder_trains_under_ddp_on_two_processes(utility, tmp_path):
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["train/loss_last"] < metrics["train/loss_first"], metrics
+    assert "train/tokens" not in metrics  # no token count is kept for query batches (it read 0 before)
     hf = tmp_path / "checkpoints" / "utility_embed" / "distill-ddp" / "hf"
     assert SentenceTransformer(str(hf), device="cpu").encode(["a query"]).shape == (1, 384)
 

@@ -484,7 +484,8 @@ def _final_metrics(trainer, history) -> dict[str, float]:
         metrics["train/loss_last"] = sum(losses[-k:]) / k
     metrics["train/steps"] = float(trainer.global_step)
     metrics["train/seconds"] = round(history.seconds, 3)
-    if history.seconds > 0:
-        metrics["train/tokens_per_s"] = round(history.tokens / history.seconds, 2)
-    metrics["train/tokens"] = float(history.tokens)
+    if history.tokens:  # objectives that count tokens (SFT, DPO); a bi-encoder's batches are queries
+        metrics["train/tokens"] = float(history.tokens)
+        if history.seconds > 0:
+            metrics["train/tokens_per_s"] = round(history.tokens / history.seconds, 2)
     return metrics

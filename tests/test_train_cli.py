@@ -363,6 +363,11 @@ def test_overfit_preset_fits_one_batch(tmp_path):
     losses = [float(r["train/loss"]) for r in steps]
     assert len(losses) == 12
     assert len({r["train/tokens"] for r in steps}) == 1  # one batch, over and over
+    # the run's count is the steps' logged real tokens summed (it was the supervised targets alone before); the
+    # supervised ones are counted apart
+    metrics = json.loads((tmp_path / "ov" / "metrics.json").read_text())
+    assert metrics["train/tokens"] == sum(float(r["train/tokens"]) for r in steps)
+    assert 0 < metrics["train/target_tokens"] < metrics["train/tokens"]
     assert losses[-1] < 0.7 * losses[0], losses  # about 6.8 -> 3.7 here
     assert sum(b < a for a, b in zip(losses, losses[1:])) >= 8, losses
 

@@ -232,11 +232,13 @@ def _callbacks(cfg: TrainConfig, ckpt_dir: Path, history):
 
 
 class TrainHistory(Callback):
-    """Collects per-step training loss, real (unmasked) target tokens and the wall time of training."""
+    """Collects per-step training loss, this process's real (non-pad) input tokens and supervised target tokens,
+    and the wall time of training."""
 
     def __init__(self) -> None:
         self.losses: list[float] = []
         self.tokens = 0
+        self.target_tokens = 0
         self.start: float | None = None
         self.seconds = 0.0
 
@@ -247,8 +249,10 @@ class TrainHistory(Callback):
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
         if loss is not None:
             self.losses.append(float(loss.detach()))
+        if isinstance(batch, dict) and "attention_mask" in batch:  # as the step's logged train/tokens and the bench
+            self.tokens += int(batch["attention_mask"].sum())
         if isinstance(batch, dict) and "labels" in batch:
-            self.tokens += int((batch["labels"] != -100).sum())
+            self.target_tokens += int((batch["labels"] != -100).sum())
 
     def on_train_end(self, trainer, pl_module) -> None:
         if self.start is not None:
@@ -486,6 +490,7 @@ def _final_metrics(trainer, history) -> dict[str, float]:
     metrics["train/seconds"] = round(history.seconds, 3)
     if history.tokens:  # objectives that count tokens (SFT, DPO); a bi-encoder's batches are queries
         metrics["train/tokens"] = float(history.tokens)
+        metrics["train/target_tokens"] = float(history.target_tokens)
         if history.seconds > 0:
             metrics["train/tokens_per_s"] = round(history.tokens / history.seconds, 2)
     return metrics

@@ -86,8 +86,10 @@ def freeze_unused(encoder: Any) -> list[str]:
     """Freeze the parameters that the sentence embedding does not depend on (BERT's pooler, which mean or CLS
     pooling of the token states never reads), found by one backward pass of a probe text; returns their names.
     They would get no gradient and never change anyway (AdamW skips them), but DDP refuses a step in which a
-    trainable parameter took no part in the loss."""
-    encoder(encoder.preprocess(["probe"]))["sentence_embedding"].sum().backward()
+    trainable parameter took no part in the loss. The probe leaves torch's random state as it was (its dropout
+    draws are forked off), so training draws what it drew without it."""
+    with torch.random.fork_rng(devices=[]), torch.enable_grad():
+        encoder(encoder.preprocess(["probe"]))["sentence_embedding"].sum().backward()
     unused = [name for name, p in encoder.named_parameters() if p.requires_grad and p.grad is None]
     for name, p in encoder.named_parameters():
         p.grad = None

@@ -492,6 +492,22 @@ def test_fsdp2_cli_two_processes_exports_the_trained_adapter(tmp_path):
     assert torch.isfinite(model(input_ids=torch.tensor([[1, 2, 3]])).logits).all()
 
 
+def test_ddp_micro_batches_train_the_weights_of_whole_batches(tmp_path):
+    """`task.micro_batch_tokens` under DDP on 2 CPU processes: the chunks' gradients add up and are all-reduced
+    once, so 3 steps end at the whole batches' adapter (dropout off: its masks are drawn per forward pass)."""
+    runs = {}
+    for budget in ("null", "96"):
+        res = train(tmp_path, *ZERO3, "strategy=ddp", "model.lora.dropout=0", f"task.micro_batch_tokens={budget}",
+                    "trainer.num_threads=1", f"hydra.run.dir={tmp_path}/run{budget}", f"run_name=mb{budget}",
+                    timeout=600)
+        assert "micro_batch_tokens" not in res.stdout + res.stderr  # no "not used with DDPStrategy" warning
+        runs[budget] = load_file(tmp_path / "checkpoints" / "sft" / f"mb{budget}" / "hf" / "adapter"
+                                 / "adapter_model.safetensors")
+    assert any(v.abs().max() > 1e-3 for k, v in runs["null"].items() if "lora_B" in k)  # it trained
+    for key, value in runs["null"].items():
+        torch.testing.assert_close(runs["96"][key], value, rtol=0, atol=1e-5, msg=key)
+
+
 def test_zero3_cli_lora_with_added_tokens_exports_a_loadable_adapter(tmp_path):
     """LoRA + new special tokens under ZeRO-3 on CPU: embeddings grow inside zero.Init, the new rows train, and the
     exported adapter reloads with its tokenizer and emits the new token ids."""

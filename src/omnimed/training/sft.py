@@ -219,14 +219,14 @@ class SFTModule(L.LightningModule):
         return F.cross_entropy(logits.float(), labels[:, 1:][supervised], reduction="sum"), supervised.sum()
 
     def on_fit_start(self) -> None:
-        """Use ``task.micro_batch_tokens`` where one step's several backward passes simply add up: one process
-        without DeepSpeed. Elsewhere (DDP / FSDP2 reduce at every backward pass, DeepSpeed's engine counts them) the
+        """Use ``task.micro_batch_tokens`` where one step's several backward passes simply add up: one process or
+        DDP (the chunks before the last run their backward pass inside DDP's forward, before its reducer expects
+        gradients, so they accumulate locally and the last one's backward all-reduces the sum; measured equal to
+        whole batches). Elsewhere (FSDP2 reduce-scatters at every backward pass, DeepSpeed's engine counts them) the
         run says it splits nothing and trains whole batches."""
         self._micro_batch_tokens = self.task_cfg.micro_batch_tokens
         strategy = self.trainer.strategy
-        if self._micro_batch_tokens is not None and (
-            self.trainer.world_size > 1 or isinstance(strategy, DeepSpeedStrategy)
-        ):
+        if self._micro_batch_tokens is not None and not _plain_strategy(strategy):
             log.warning(
                 "task.micro_batch_tokens=%d is not used with %s on %d process(es): whole batches are trained (lower "
                 "data.batch_size and raise trainer.accumulate_grad_batches to save memory there)",

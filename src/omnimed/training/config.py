@@ -88,6 +88,10 @@ class TrainerConfig:
     deterministic: bool = False
 
 
+#: strategies whose ranks each hold a shard of the model: a run is exported from its saved shards
+SHARDED_STRATEGIES: tuple[str, ...] = ("deepspeed", "fsdp2")
+
+
 @dataclass
 class StrategyConfig:
     """Distribution strategy: cpu | ddp | fsdp2 | deepspeed. ``deepspeed`` holds the DeepSpeed config dict."""
@@ -155,7 +159,7 @@ def config_problems(cfg: TrainConfig) -> list[str]:
     need(t.temperature > 0, "task.temperature", t.temperature, "a softmax temperature > 0")
     need(t.teacher_temperature > 0, "task.teacher_temperature", t.teacher_temperature, "a softmax temperature > 0")
     need(t.passage_window >= 1, "task.passage_window", t.passage_window, "at least 1 passage per query")
-    need(t.objective != "distill" or cfg.strategy.name in ("cpu", "ddp"), "strategy", cfg.strategy.name,
+    need(t.objective != "distill" or cfg.strategy.name not in SHARDED_STRATEGIES, "strategy", cfg.strategy.name,
          "cpu or ddp with task.objective=distill (a bi-encoder, BGE-M3's 568M parameters, fits one device: it is "
          "replicated, not sharded)")
     need(d.source in DATA_SOURCES, "data.source", d.source, f"one of {', '.join(DATA_SOURCES)}")

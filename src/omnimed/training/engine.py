@@ -30,7 +30,7 @@ from lightning.pytorch import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from omnimed.data.artifacts import atomic_write_json, atomic_write_text
-from omnimed.training.config import TrainConfig, validate_train_config
+from omnimed.training.config import SHARDED_STRATEGIES, TrainConfig, validate_train_config
 
 log = logging.getLogger(__name__)
 
@@ -390,7 +390,7 @@ def train(
         if objective.export is not None:
             if trainer.is_global_zero:
                 objective.export(module, tokenizer, hf_dir, cfg)
-        elif cfg.strategy.name in ("deepspeed", "fsdp2"):  # sharded: rebuilt whole from the saved shards
+        elif cfg.strategy.name in SHARDED_STRATEGIES:  # rebuilt whole from the saved shards
             last = run_dir / "lightning" / "last.ckpt"  # the final step (StepCheckpoint)
             if trainer.is_global_zero:
                 state = consolidate_checkpoint(last, prefix=None)

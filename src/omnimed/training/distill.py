@@ -90,11 +90,12 @@ def freeze_unused(encoder: Any) -> list[str]:
     draws are forked off), so training draws what it drew without it."""
     with torch.random.fork_rng(devices=[]), torch.enable_grad():
         encoder(encoder.preprocess(["probe"]))["sentence_embedding"].sum().backward()
-    unused = [name for name, p in encoder.named_parameters() if p.requires_grad and p.grad is None]
+    unused = []
     for name, p in encoder.named_parameters():
-        p.grad = None
-        if name in unused:
+        if p.requires_grad and p.grad is None:
             p.requires_grad_(False)
+            unused.append(name)
+        p.grad = None
     return unused
 
 

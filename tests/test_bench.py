@@ -25,6 +25,24 @@ def test_step_log_times_only_the_steps_after_warmup() -> None:
         log.summary(warmup=2, steps=3)
 
 
+def test_step_log_profiles_the_one_warmup_step_asked_for() -> None:
+    """``--profile-step 1`` runs torch.profiler over the second step only (the first is set-up noise, the timed ones
+    must stay unprofiled) and keeps its operator table; a step outside the warmup is refused by name."""
+    import torch
+
+    log = StepLog(profile_step=1)
+    log.begin()
+    torch.ones(8, 8) @ torch.ones(8, 8)  # step 0: not profiled
+    log.step_end()
+    torch.ones(16, 16).sum()  # step 1: profiled
+    log.step_end()
+    torch.ones(4, 4) @ torch.ones(4, 4)  # step 2: not profiled
+    log.step_end()
+    assert log.profile and "aten::sum" in log.profile and "aten::mm" not in log.profile
+    with pytest.raises(ValueError, match="profile_step"):
+        TrainBenchConfig(warmup=2, profile_step=2).validate()
+
+
 @pytest.mark.timeout(180)
 def test_bench_train_tiny_model_both_sides() -> None:
     result = bench_train(TrainBenchConfig(model="tiny-llama", steps=2, warmup=1, max_examples=120))
@@ -41,6 +59,59 @@ def test_bench_train_tiny_model_both_sides() -> None:
     data = result["data"]
     assert 0 < data["pad_to_max_length"]["real_fraction_epoch"] < data["per_batch_padding"]["real_fraction_epoch"] <= 1
     assert 0 < data["packing"]["real_fraction_epoch"] <= 1
+
+
+def test_mfu_reproduces_a_published_llm_foundry_row() -> None:
+    """llm-foundry's H100 bf16 table, MPT-1b (24 layers, d_model 2048, 1,315,950,592 parameters), seq 2048 on 8
+    GPUs: 363,645 tokens/s is 41.82% MFU and 4.138134e14 model FLOP/s per GPU; an unknown chip gets no MFU."""
+    from omnimed.bench.mfu import flops_per_token, peak_flops
+
+    per_gpu = flops_per_token(1_315_950_592, 24, 2048, 2048) * 363_645 / 8
+    assert per_gpu == pytest.approx(4.138134e14, rel=1e-5)
+    assert per_gpu / peak_flops("NVIDIA H100 80GB HBM3") == pytest.approx(0.4182, abs=5e-5)
+    assert peak_flops("NVIDIA H200") == peak_flops("NVIDIA H100 80GB HBM3") and peak_flops("Tesla T4") is None
+
+
+def test_mfu_counts_tied_embeddings_once() -> None:
+    from omnimed.bench.mfu import mfu_fields
+    from omnimed.bench.train_config import model_config
+    from omnimed.models.loading import load_causal_lm, load_tokenizer
+
+    mcfg = model_config(TrainBenchConfig(model="tiny-llama", lora_r=0))
+    assert not mcfg.lora.enabled
+    model = load_causal_lm(mcfg, load_tokenizer(mcfg), for_training=True)
+    fields = mfu_fields(model, seq_len=128, tokens_per_s=1000.0, device_name="NVIDIA H200")
+    unique = sum(p.numel() for p in model.parameters())
+    assert model.config.tie_word_embeddings and fields["model_params"] == unique
+    assert fields["flops_per_token"] == 6 * unique + 12 * 2 * 64 * 128
+    assert fields["mfu"] == pytest.approx(fields["flops_per_token"] * 1000.0 / 989.5e12, abs=1e-4)
+    with pytest.raises(ValueError, match="lora_r"):
+        TrainBenchConfig(lora_r=-1).validate()
+
+
+@pytest.mark.timeout(240)
+def test_bench_train_full_fine_tuning_under_zero3_trains_every_weight_alike(tmp_path) -> None:
+    """``--lora-r 0 --strategy deepspeed_zero3 --packing`` (the GPU scenario's options, fp32 on CPU): both sides
+    train every parameter of the model from the same packed batches and take the same optimizer steps."""
+    import json
+
+    from transformers import AutoModelForCausalLM
+
+    from omnimed.cli.bench import main
+    from omnimed.models.tiny import tiny_model_path
+
+    out = tmp_path / "train-zero3.json"
+    assert main(["train", "--model", "tiny-llama", "--lora-r", "0", "--strategy", "deepspeed_zero3", "--packing",
+                 "--max-length", "256", "--batch-size", "2", "--steps", "2", "--warmup", "1", "--lr", "1e-3",
+                 "--micro-batch-tokens", "0", "--max-examples", "200", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["config"]["lora_r"] == 0 and result["config"]["micro_batch_tokens"] is None
+    assert result["ours"]["strategy"] == "CPUDeepSpeedStrategy" and result["trl"]["strategy"] == "deepspeed"
+    full = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(tiny_model_path("tiny-llama")).parameters())
+    assert result["ours"]["trainable_params"] == result["trl"]["trainable_params"] == full
+    ours, trl = result["ours"]["losses"], result["trl"]["losses"]
+    assert result["comparison"]["same_first_batch"] and result["ours"]["real_fraction"] > 0.99
+    assert len(ours) == 3 and ours[-1] != ours[0] and ours == pytest.approx(trl, abs=1e-4), (ours, trl)
 
 
 @pytest.mark.timeout(180)

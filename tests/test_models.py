@@ -538,3 +538,25 @@ def test_qwen_shape_model_has_qwen25_15b_size_and_loads_through_the_one_code_pat
     layer = sum(p.numel() for p in model.model.layers[0].parameters())
     total = sum(p.numel() for p in model.parameters()) + (spec.num_hidden_layers - 1) * layer
     assert round(total / 1e6, 1) == 1543.7, total
+
+
+@pytest.mark.parametrize(("name", "family", "params"), [
+    ("llama3.2-1b-shape", "LlamaForCausalLM", 1_235_814_400),  # Llama-3.2-1B's checkpoint
+    ("smollm2-135m-shape", "LlamaForCausalLM", 134_515_008),  # SmolLM2-135M's checkpoint
+])
+def test_gpu_check_shapes_have_their_checkpoints_parameter_counts(tmp_path: Path, name: str, family: str,
+                                                                  params: int) -> None:
+    """The GPU checks' random-weight models (issue 18) have the parameter count of the checkpoint whose shape they
+    take, tied embeddings counted once: built with one layer, the rest counted from it."""
+    from dataclasses import replace
+
+    from transformers import AutoModelForCausalLM
+
+    from omnimed.models.tiny import TINY_MODELS, _build_causal_lm
+
+    spec = TINY_MODELS[name]
+    _build_causal_lm(replace(spec, num_hidden_layers=1), tmp_path)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert type(model).__name__ == family and model.config.tie_word_embeddings
+    layer = sum(p.numel() for p in model.model.layers[0].parameters())
+    assert sum(p.numel() for p in model.parameters()) + (spec.num_hidden_layers - 1) * layer == params

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from omnimed.training.config import StrategyConfig, TaskConfig, TrainerConfig
 
 SIDES = ("ours", "trl")
-MODELS = ("smollm2-135m", "tiny-llama", "qwen2.5-1.5b-shape")
+MODELS = ("smollm2-135m", "tiny-llama", "qwen2.5-1.5b-shape", "llama3.2-1b-shape", "smollm2-135m-shape")
 ACCELERATORS = ("cpu", "cuda")
 PRECISIONS = ("32-true", "bf16-mixed")
 STRATEGIES = ("single", "deepspeed_zero3")
@@ -27,7 +27,8 @@ def check_sides(sides: list[str], known: tuple[str, ...]) -> None:
 @dataclass
 class TrainBenchConfig:
     """Everything both sides share. ``model`` is ``smollm2-135m`` (the real model), ``tiny-llama`` (tests) or
-    ``qwen2.5-1.5b-shape`` (Qwen2.5-1.5B's shape with random weights: a GPU run with no hub).
+    ``qwen2.5-1.5b-shape`` / ``llama3.2-1b-shape`` / ``smollm2-135m-shape`` (those models' shapes with random weights:
+    GPU runs with no hub). ``lora_r`` 0 trains every weight (full fine-tuning) instead of LoRA adapters.
 
     ``accelerator``, ``precision`` and ``strategy`` are the hardware scenario: one CPU process in fp32 (default), or
     one GPU, bf16 and ``deepspeed_zero3`` (``conf/strategy/deepspeed_zero3.yaml`` for both sides: Lightning's
@@ -61,6 +62,8 @@ class TrainBenchConfig:
     # ours: task.micro_batch_tokens (a batch of more positions runs as chunks of rows in the same step); None: whole
     micro_batch_tokens: int | None = 320  # conf/task/sft.yaml's
     repeats: int = 1
+    # a warmup step (0-based, 1 .. warmup-1) run under torch.profiler on both sides; its table lands in the result
+    profile_step: int | None = None
     loss_rtol: float = 1e-3
     loss_atol: float = 0.0  # first-step losses match when |diff| <= max(loss_atol, loss_rtol * |loss|)
     target_ratio: float = 1.5  # issue 18: ours at least 1.5x TRL's real tokens/s
@@ -74,6 +77,11 @@ class TrainBenchConfig:
             raise ValueError(f"model must be one of {MODELS}, got {self.model!r}")
         if self.steps < 1 or self.warmup < 0 or self.batch_size < 1 or self.max_length < 8 or self.threads < 1:
             raise ValueError("steps >= 1, warmup >= 0, batch_size >= 1, max_length >= 8 and threads >= 1 are needed")
+        if self.profile_step is not None and not 1 <= self.profile_step < self.warmup:
+            raise ValueError(f"profile_step must be an untimed warmup step after the first, 1 .. {self.warmup - 1} "
+                             f"(warmup={self.warmup}), got {self.profile_step}")
+        if self.lora_r < 0:
+            raise ValueError(f"lora_r must be >= 0 (0: full fine-tuning), got {self.lora_r}")
         if self.trl_order not in ("matched", "native"):
             raise ValueError(f"trl_order must be matched | native, got {self.trl_order!r}")
         if self.micro_batch_tokens is not None and self.micro_batch_tokens < 1:
@@ -97,11 +105,12 @@ class TrainBenchConfig:
 
 
 def model_config(cfg: TrainBenchConfig) -> ModelConfig:
-    """The ``ModelConfig`` both sides load (LoRA on the default seven projection modules)."""
+    """The ``ModelConfig`` both sides load (LoRA on the default seven projection modules; every weight trained when
+    ``lora_r`` is 0)."""
     from omnimed.models.config import LoraSettings, ModelConfig
     from omnimed.models.tiny import TINY_MODELS
 
-    lora = LoraSettings(enabled=True, r=cfg.lora_r, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout)
+    lora = LoraSettings(enabled=cfg.lora_r > 0, r=max(cfg.lora_r, 1), alpha=cfg.lora_alpha, dropout=cfg.lora_dropout)
     if cfg.model in TINY_MODELS:  # random weights built here
         return ModelConfig(name=cfg.model, source="tiny", name_or_path=cfg.model, dtype="float32",
                            attn_implementation="sdpa", lora=lora)

@@ -55,6 +55,9 @@ class StepLog:
     losses: list[float] = field(default_factory=list)
     threads_in_loop: int | None = None
     sync: Callable[[], None] | None = None  # torch.cuda.synchronize on a GPU: a step ends when its kernels have run
+    profile_step: int | None = None  # 0-based index of an (untimed warmup) step to run under torch.profiler
+    profile: str | None = None  # its operator table, the most expensive first
+    _profiler: Any = None
 
     def begin(self) -> None:
         """Mark the start of training (wall clock and this process's CPU time, all threads)."""
@@ -68,6 +71,23 @@ class StepLog:
             self.sync()
         self.ends.append(time.perf_counter())
         self.cpu_ends.append(time.process_time())
+        if self.profile_step is not None:
+            self._profile_around(len(self.ends))
+
+    def _profile_around(self, steps_done: int) -> None:
+        """Start torch.profiler when step ``profile_step`` begins and keep its operator table when it ends."""
+        from torch.profiler import ProfilerActivity, profile
+
+        cuda = self.sync is not None  # a GPU run
+        if steps_done == self.profile_step:
+            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+            self._profiler = profile(activities=activities, record_shapes=False)
+            self._profiler.__enter__()
+        elif steps_done == self.profile_step + 1 and self._profiler is not None:
+            self._profiler.__exit__(None, None, None)
+            key = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+            self.profile = self._profiler.key_averages().table(sort_by=key, row_limit=30, max_name_column_width=60)
+            self._profiler = None
 
     def record_batch(self, batch: Any) -> None:
         """Count a batch's real tokens (attention mask; a padding-free batch: all its positions) and positions."""
@@ -107,14 +127,16 @@ class StepLog:
             "first_step_loss": self.losses[0] if self.losses else None,
             "losses": [round(v, 5) for v in self.losses[:n]],
             "first_step_s": round(self.ends[0] - self.start, 4),
+            "profile": self.profile,
         }
 
 
-def step_log(accelerator: str) -> StepLog:
-    """A :class:`StepLog` that waits for the GPU before each time stamp when ``accelerator`` is ``cuda``."""
+def step_log(accelerator: str, profile_step: int | None = None) -> StepLog:
+    """A :class:`StepLog` that waits for the GPU before each time stamp when ``accelerator`` is ``cuda`` and profiles
+    step ``profile_step`` (0-based; None: none)."""
     import torch
 
-    return StepLog(sync=torch.cuda.synchronize if accelerator == "cuda" else None)
+    return StepLog(sync=torch.cuda.synchronize if accelerator == "cuda" else None, profile_step=profile_step)
 
 
 def peak_gpu_memory(accelerator: str) -> dict[str, float]:

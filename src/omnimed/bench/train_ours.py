@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from omnimed.bench.mfu import gpu_mfu
 from omnimed.bench.train_config import TrainBenchConfig, strategy_config, task_config, trainer_config
 from omnimed.bench.train_data import check_epoch, datamodule, sft_rows, side_setup
 from omnimed.bench.train_measure import PeakRSS, peak_gpu_memory, step_log
@@ -58,7 +59,7 @@ def run_ours(
         mcfg, tokenizer, data_rows = side_setup(cfg, rows)
         dm = datamodule(data_rows, tokenizer, cfg, packing=cfg.packing, module_cls=datamodule_cls)
         check_epoch(len(dm.train_dataloader()), cfg)
-        log = step_log(cfg.accelerator)
+        log = step_log(cfg.accelerator, cfg.profile_step)
 
         class StepTimer(Callback):
             def on_train_start(self, trainer: Any, pl_module: Any) -> None:
@@ -98,6 +99,7 @@ def run_ours(
     result = log.summary(cfg.warmup, cfg.steps)
     result.update(rss.result())
     result.update(peak_gpu_memory(cfg.accelerator))
+    result.update(gpu_mfu(cfg.accelerator, module.model, cfg.max_length, result["tokens_per_s_total"]))
     result.update(
         side="ours",
         strategy=type(trainer.strategy).__name__,

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from omnimed.bench.mfu import gpu_mfu
 from omnimed.bench.train_config import TrainBenchConfig, deepspeed_zero3_dict, trl_model_config, warmup_steps
 from omnimed.bench.train_data import check_epoch, datamodule, first_epoch_batches, sft_rows, side_setup
 from omnimed.bench.train_measure import PeakRSS, peak_gpu_memory, step_log
@@ -113,7 +114,7 @@ def run_trl_side(
         ours_first = next(iter(ours_loader))
         order = [i for batch in first_epoch_batches(ours_loader)[: cfg.total_steps] for i in batch]
         train_ds = train_dataset(ours_dm, data_rows, order)
-        log = step_log(cfg.accelerator)
+        log = step_log(cfg.accelerator, cfg.profile_step)
         first_batch: dict[str, torch.Tensor] = {}
 
         class RecordingCollator:
@@ -169,6 +170,7 @@ def run_trl_side(
     result = log.summary(cfg.warmup, cfg.steps)
     result.update(rss.result())
     result.update(peak_gpu_memory(cfg.accelerator))
+    result.update(gpu_mfu(cfg.accelerator, model, cfg.max_length, result["tokens_per_s_total"]))
     same_first = (
         bool(first_batch)
         and first_batch["input_ids"].shape == ours_first["input_ids"].shape

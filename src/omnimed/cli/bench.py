@@ -44,6 +44,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from omnimed.cli.bench_tables import dpo_table, fmt, side_by_side, train_table
 from omnimed.cli.common import console
 
 DEFAULT_TRAIN_OUT = "outputs/bench/train.json"
@@ -63,6 +64,9 @@ def _add_side_by_side_args(parser: argparse.ArgumentParser, d: Any, models: Sequ
     parser.add_argument("--lr", type=float, default=d.lr)
     parser.add_argument("--seed", type=int, default=d.seed)
     parser.add_argument("--model", choices=models, default=d.model)
+    parser.add_argument("--lora-r", type=int, default=d.lora_r, help="LoRA rank on both sides; 0: full fine-tuning")
+    parser.add_argument("--profile-step", type=int, default=None,
+                        help="profile this warmup step (1 .. warmup-1) on both sides; the table goes into the JSON")
     parser.add_argument("--world-size", default=d.world_size, help="synthetic world size (tiny | small | ...)")
     parser.add_argument("--repeats", type=int, default=d.repeats,
                         help="run both sides this many times, alternating the order; medians are compared")
@@ -76,7 +80,7 @@ def _add_side_by_side_args(parser: argparse.ArgumentParser, d: Any, models: Sequ
 
 def _side_by_side_fields(args: argparse.Namespace) -> dict[str, Any]:
     """The config fields of :func:`_add_side_by_side_args`'s options."""
-    return {"model": args.model, "steps": args.steps, "warmup": args.warmup, "batch_size": args.batch_size,
+    return {"model": args.model, "lora_r": args.lora_r, "profile_step": args.profile_step, "steps": args.steps, "warmup": args.warmup, "batch_size": args.batch_size,
             "max_length": args.max_length, "threads": args.threads, "lr": args.lr, "seed": args.seed,
             "world_size": args.world_size, "repeats": args.repeats, "sides": list(args.sides),
             "accelerator": args.accelerator, "precision": args.precision, "strategy": args.strategy}
@@ -97,7 +101,8 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--trl-order", choices=("matched", "native"), default=d.trl_order,
                        help="matched: TRL trains on our batches; native: TRL's own sampler (and packing)")
     train.add_argument("--micro-batch-tokens", type=int, default=d.micro_batch_tokens,
-                       help="ours: task.micro_batch_tokens (a longer batch runs as chunks of rows in one step)")
+                       help="ours: task.micro_batch_tokens (a longer batch runs as chunks of rows in one step; 0: "
+                            "whole batches)")
     train.add_argument("--out", default=DEFAULT_TRAIN_OUT, help="result JSON (written atomically)")
 
     from omnimed.bench.dpo_config import DPOBenchConfig
@@ -271,118 +276,6 @@ def run_retrieval(args: argparse.Namespace, out_console: Console | None = None) 
     return result
 
 
-def _fmt(value: Any, digits: int = 4) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.{digits}g}"
-    return str(value)
-
-
-SIDE_ROWS: list[tuple[str, str, int]] = [
-    ("real tokens/s", "tokens_per_s_real", 5),
-    ("total tokens/s (incl. padding)", "tokens_per_s_total", 5),
-    ("real tokens/s at median step time", "tokens_per_s_real_median_step", 5),
-    ("mean step time (s)", "mean_step_s", 4),
-    ("median step time (s)", "median_step_s", 4),
-    ("CPU s per step (all threads)", "cpu_seconds_per_step", 4),
-    ("real tokens per CPU s", "real_tokens_per_cpu_s", 5),
-    ("real-token fraction (timed steps)", "real_fraction", 4),
-    ("first-step loss", "first_step_loss", 7),
-    ("peak RSS (MB)", "peak_rss_mb", 5),
-    ("peak GPU memory allocated (MB)", "peak_gpu_allocated_mb", 5),
-    ("peak GPU memory reserved (MB)", "peak_gpu_reserved_mb", 5),
-    ("RSS after model load (MB)", "rss_after_model_load_mb", 5),
-    ("threads in loop", "threads", 4), ("setup (s)", "setup_s", 4),
-]
-
-
-def side_by_side(result: dict[str, Any], sides: tuple[str, ...], rows: Sequence[tuple[str, str, int]], *,
-                 title: str, caption: str) -> Table:
-    """A column per side present in ``result`` (its median run), a row per ``(label, key, digits)``."""
-    table, present = Table(title=title, caption=caption), [s for s in sides if s in result]
-    table.add_column("metric")
-    for side in present:
-        table.add_column(side, justify="right")
-    for label, key, digits in rows:
-        table.add_row(label, *(_fmt(result[s].get(key), digits) for s in present))
-    return table
-
-
-def sides_table(result: dict[str, Any], title: str) -> Table:
-    """Ours and TRL's median runs side by side (:data:`SIDE_ROWS`), then the comparison: the ratios ours/TRL, each
-    repeat's ratio, the first-step loss check, peak RSS; the caption holds the hardware and load."""
-    cfg, hw = result["config"], result["hardware"]
-    device = (f"{hw['gpu']} ({cfg['precision']}, {cfg['strategy']}); " if cfg.get("accelerator") == "cuda"
-              and hw.get("gpu") else "")
-    table = side_by_side(result, ("ours", "trl"), SIDE_ROWS, title=title, caption=(
-        f"{device}{hw['cpu_model']}, {hw['usable_cores']} usable cores, torch {hw['versions']['torch']}, trl "
-        f"{hw['versions']['trl']}, lightning {hw['versions']['lightning']}; load avg before {hw['load_average']} "
-        f"after {hw.get('load_average_after')}"))
-    comp = result.get("comparison")
-    if comp:
-        table.add_section()
-        table.add_row("ours / TRL real tokens/s", _fmt(comp["ratio_tokens_per_s_real"]),
-                      f"target >= {cfg['target_ratio']}: {_fmt(comp['meets_ratio_target'])}")
-        table.add_row("ours / TRL total tokens/s", _fmt(comp["ratio_tokens_per_s_total"]), "")
-        table.add_row("ours / TRL real tokens/s (median step)", _fmt(comp["ratio_tokens_per_s_real_median_step"]), "")
-        table.add_row("ours / TRL real tokens per CPU s", _fmt(comp["ratio_real_tokens_per_cpu_s"]), "")
-        if len(result.get("ratios_per_repeat", [])) > 1:
-            table.add_row("ratio per repeat", ", ".join(map(str, result["ratios_per_repeat"])), "")
-        rss_goal = (f"; ours <= {cfg['target_peak_rss_mb']:,.0f} MB: {_fmt(comp['meets_peak_rss_target'])}"
-                    if "meets_peak_rss_target" in comp else "")
-        table.add_row("ours / TRL peak RSS", _fmt(comp["ratio_peak_rss"]),
-                      f"not higher: {_fmt(comp.get('peak_rss_not_higher'))}{rss_goal}")
-        if "ratio_peak_gpu_allocated" in comp:
-            table.add_row("ours / TRL peak GPU memory allocated", _fmt(comp["ratio_peak_gpu_allocated"]),
-                          f"not higher: {_fmt(comp.get('peak_gpu_not_higher'))}")
-        table.add_row("first-step loss |diff|", _fmt(comp.get("first_step_loss_abs_diff"), 3),
-                      f"match: {_fmt(comp.get('first_step_loss_match'))}, same first batch: "
-                      f"{_fmt(comp['same_first_batch'])}")
-    return table
-
-
-def train_table(result: dict[str, Any]) -> Table:
-    """The side-by-side table of a ``bench_train`` result, with the real-token fractions of our batching."""
-    cfg = result["config"]
-    table = sides_table(result, (
-        f"omnimed-bench train: {cfg['model']} + LoRA r{cfg['lora_r']}, batch {cfg['batch_size']}, max_length "
-        f"{cfg['max_length']}, {'packing' if cfg['packing'] else 'per-batch padding'}, {cfg['threads']} threads, "
-        f"W={cfg['warmup']} N={cfg['steps']}, TRL order {cfg['trl_order']}, our micro-batch "
-        f"{cfg.get('micro_batch_tokens') or 'whole'}"
-    ))
-    data = result["data"]
-    table.add_section()
-    table.add_row("real-token fraction / epoch: our packing", _fmt(data["packing"]["real_fraction_epoch"]), "")
-    table.add_row("  our per-batch padding (length-grouped)", _fmt(data["per_batch_padding"]["real_fraction_epoch"]),
-                  "")
-    table.add_row("  random order, pad to longest", _fmt(data["random_order_pad_to_longest"]["real_fraction_epoch"]),
-                  "")
-    table.add_row("  pad everything to max_length", _fmt(data["pad_to_max_length"]["real_fraction_epoch"]),
-                  f"target >= {cfg['target_real_fraction']}: {_fmt(data['meets_real_fraction_target'])}")
-    return table
-
-
-def dpo_table(result: dict[str, Any]) -> Table:
-    """The side-by-side table of a ``bench_dpo`` result, with the pairs and the real-token fraction of their
-    batches."""
-    cfg, data = result["config"], result["data"]
-    table = sides_table(result, (
-        f"omnimed-bench dpo: {cfg['model']} + LoRA r{cfg['lora_r']}, beta {cfg['beta']}, {cfg['batch_size']} pairs "
-        f"per step ({2 * cfg['batch_size']} rows), max_length {cfg['max_length']}, {cfg['threads']} threads, "
-        f"W={cfg['warmup']} N={cfg['steps']}, {cfg['repeats']} repeat(s), TRL reads our batches"
-    ))
-    table.add_section()
-    table.add_row("pairs (mean tokens, chosen + rejected)", f"{data['pairs']} ({_fmt(data['mean_pair_tokens'])})", "")
-    table.add_row("real-token fraction / epoch: our length-grouped batches",
-                  _fmt(data["per_batch_padding"]["real_fraction_epoch"]), "")
-    table.add_row("  random order, pad to longest", _fmt(data["random_order_pad_to_longest"]["real_fraction_epoch"]),
-                  "")
-    return table
-
-
 def _publish(result: dict[str, Any], table: Table, out: str, cons: Console, suffix: str = "") -> None:
     """Write ``result`` to ``out`` atomically, then print ``table`` and where the JSON went."""
     from omnimed.data.artifacts import atomic_write_json
@@ -400,7 +293,7 @@ def run_train(args: argparse.Namespace, out_console: Console | None = None) -> d
     from omnimed.bench.train_config import TrainBenchConfig
 
     cfg = TrainBenchConfig(**_side_by_side_fields(args), packing=args.packing, max_examples=args.max_examples,
-                           trl_order=args.trl_order, micro_batch_tokens=args.micro_batch_tokens)
+                           trl_order=args.trl_order, micro_batch_tokens=args.micro_batch_tokens or None)
     cons = out_console or console
     cons.print(f"benchmarking {', '.join(cfg.sides)} ({cfg.repeats} repeat(s)); each side runs in its own process")
     result = bench_train(cfg)
@@ -428,7 +321,7 @@ def run_world(args: argparse.Namespace, out_console: Console | None = None) -> d
     result = bench_world(seed=args.seed, size=args.size)
     table = Table(title=f"omnimed-bench world: size={args.size} seed={args.seed}", show_header=False)
     for key, value in result.items():
-        table.add_row(str(key), _fmt(value, 6))
+        table.add_row(str(key), fmt(value, 6))
     (out_console or console).print(table)
     return result
 
@@ -444,10 +337,10 @@ def run_scoring(args: argparse.Namespace, out_console: Console | None = None) ->
                   caption=f"{hw['cpu']}, {hw['cores']} usable cores; load avg 1m {hw['load_avg_1m']:.2f} at start")
     for column in ("backend", "s / question", "speed-up", "max score diff"):
         table.add_column(column, justify="left" if column == "backend" else "right")
-    table.add_row("alone (every row in full)", _fmt(result["alone_s_per_question"]), "1", "-")
+    table.add_row("alone (every row in full)", fmt(result["alone_s_per_question"]), "1", "-")
     for name, label in (("shared", "shared prompt per call"), ("kept", "kept caches (default)")):
-        table.add_row(label, _fmt(result[f"{name}_s_per_question"]), _fmt(result[f"{name}_speedup"], 3),
-                      _fmt(result[f"{name}_max_score_diff"], 2))
+        table.add_row(label, fmt(result[f"{name}_s_per_question"]), fmt(result[f"{name}_speedup"], 3),
+                      fmt(result[f"{name}_max_score_diff"], 2))
     _publish(result, table, args.out, out_console or console)
     return result
 
@@ -465,8 +358,8 @@ def run_plan(args: argparse.Namespace, out_console: Console | None = None) -> di
     for column in ("backend", "s / sample", "generated tokens/s", "tokens / plan", "plans without problems"):
         table.add_column(column, justify="left" if column == "backend" else "right")
     for name, r in result["backends"].items():
-        table.add_row(name, _fmt(r["s_per_sample"]), _fmt(r["generated_tokens_per_s"]),
-                      _fmt(r["mean_generated_tokens"]), _fmt(r["parsed_without_problems"], 3))
+        table.add_row(name, fmt(r["s_per_sample"]), fmt(r["generated_tokens_per_s"]),
+                      fmt(r["mean_generated_tokens"]), fmt(r["parsed_without_problems"], 3))
     for name, reason in result["skipped"].items():
         table.add_row(name, "skipped", reason, "", "")
     _publish(result, table, args.out, out_console or console)
@@ -486,15 +379,15 @@ def polyview_table(result: dict[str, Any]) -> Table:
     table.add_column("metric")
     table.add_column("ms", justify="right")
     table.add_column("share of the median", justify="right")
-    table.add_row("median per query", _fmt(result["median_ms"], 5), "")
-    table.add_row("p90 per query", _fmt(result["p90_ms"], 5), "")
-    table.add_row("mean / min / max", " / ".join(_fmt(result[k], 5) for k in ("mean_ms", "min_ms", "max_ms")), "")
-    table.add_row("median per candidate", _fmt(result["ms_per_candidate"], 4), "")
+    table.add_row("median per query", fmt(result["median_ms"], 5), "")
+    table.add_row("p90 per query", fmt(result["p90_ms"], 5), "")
+    table.add_row("mean / min / max", " / ".join(fmt(result[k], 5) for k in ("mean_ms", "min_ms", "max_ms")), "")
+    table.add_row("median per candidate", fmt(result["ms_per_candidate"], 4), "")
     table.add_section()
     for part, ms in result["parts_median_ms"].items():
-        table.add_row(f"  {part} (median)", _fmt(ms, 4), _fmt(result["parts_share"].get(part), 3))
+        table.add_row(f"  {part} (median)", fmt(ms, 4), fmt(result["parts_share"].get(part), 3))
     table.add_section()
-    table.add_row(f"goal: median <= {_fmt(result['goal_ms'])} ms", "", "met" if result["meets_goal"] else "NOT met")
+    table.add_row(f"goal: median <= {fmt(result['goal_ms'])} ms", "", "met" if result["meets_goal"] else "NOT met")
     return table
 
 
@@ -545,18 +438,18 @@ def distill_table(result: dict[str, Any]) -> Table:
     comp = result.get("comparison")
     if comp:
         table.add_section()
-        table.add_row("ours / st samples/s", _fmt(comp["ratio_samples_per_s"]),
+        table.add_row("ours / st samples/s", fmt(comp["ratio_samples_per_s"]),
                       f"goal >= {comp['goal_ratio']}: {'met' if comp['meets_goal'] else 'NOT met'}")
-        table.add_row("ours / st samples/s (median step)", _fmt(comp["ratio_samples_per_s_median_step"]), "")
+        table.add_row("ours / st samples/s (median step)", fmt(comp["ratio_samples_per_s_median_step"]), "")
         if len(result.get("ratios_per_repeat", [])) > 1:
             table.add_row("ratio per repeat", ", ".join(map(str, result["ratios_per_repeat"])), "")
-        table.add_row("ours / st peak RSS", _fmt(comp["ratio_peak_rss"]), "")
-        table.add_row("loss at init |diff|", _fmt(comp["init_loss_abs_diff"], 3),
-                      f"match: {_fmt(comp['init_loss_match'])}")
-        table.add_row("first-step loss |diff|", _fmt(comp["first_step_loss_abs_diff"], 3),
-                      f"match: {_fmt(comp['first_step_loss_match'])}" if comp["first_step_loss_match"] is not None
+        table.add_row("ours / st peak RSS", fmt(comp["ratio_peak_rss"]), "")
+        table.add_row("loss at init |diff|", fmt(comp["init_loss_abs_diff"], 3),
+                      f"match: {fmt(comp['init_loss_match'])}")
+        table.add_row("first-step loss |diff|", fmt(comp["first_step_loss_abs_diff"], 3),
+                      f"match: {fmt(comp['first_step_loss_match'])}" if comp["first_step_loss_match"] is not None
                       else "dropout on: masks differ")
-        table.add_row("same first batch", _fmt(comp["same_first_batch"]), "")
+        table.add_row("same first batch", fmt(comp["same_first_batch"]), "")
     return table
 
 

@@ -8,8 +8,9 @@ model. ``tiny-llama-untied`` is the same with a separate ``lm_head`` (like Llama
 untied code paths are tested too. ``qwen2.5-1.5b-shape`` has Qwen2.5-1.5B's architecture and size (28 layers,
 hidden 1536, 12 query / 2 key-value heads, 151,936 embedding rows, tied; 1.54B parameters) with random weights and
 the same small tokenizer (only its first rows are ever looked up): a GPU benchmark's model when the hub is out of
-reach, where what counts is the compute per token, not what the model says. Each is saved as an ordinary HF folder
-in the cache and then loaded through the same code path as any local checkpoint.
+reach, where what counts is the compute per token, not what the model says; ``llama3.2-1b-shape`` (Llama-3.2-1B,
+1.24B parameters) and ``smollm2-135m-shape`` are the same idea for the GPU checks of issue 18. Each is saved as an
+ordinary HF folder in the cache and then loaded through the same code path as any local checkpoint.
 """
 
 from __future__ import annotations
@@ -106,6 +107,20 @@ TINY_MODELS: dict[str, TinySpec] = {
         intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
         family="qwen2", embedding_rows=151936, max_position_embeddings=32768, rope_theta=1000000.0,
         save_dtype="bfloat16",
+    ),
+    # Llama-3.2-1B's config.json values (rope scaling left out: it only matters beyond 8k positions); the GPU
+    # benchmark's full fine-tuning model (issue 18: "a ~1B Llama-shaped model")
+    "llama3.2-1b-shape": TinySpec(
+        name="llama3.2-1b-shape", kind="causal_lm", tie_word_embeddings=True, hidden_size=2048,
+        intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
+        embedding_rows=128256, max_position_embeddings=8192, rope_theta=500000.0, save_dtype="bfloat16",
+    ),
+    # SmolLM2-135M's config.json values: its architecture where the packaged weights cannot travel (a GPU machine
+    # with no registry and a 64 MiB upload; the bf16-against-fp32 loss check)
+    "smollm2-135m-shape": TinySpec(
+        name="smollm2-135m-shape", kind="causal_lm", tie_word_embeddings=True, hidden_size=576,
+        intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
+        embedding_rows=49152, max_position_embeddings=8192, rope_theta=100000.0,
     ),
 }
 _CONFIG_CLASSES = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Config", "Qwen2ForCausalLM")}

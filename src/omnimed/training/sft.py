@@ -218,6 +218,13 @@ class SFTModule(L.LightningModule):
         logits = supervised_logits(self._require_model(), model_kwargs, rows * labels.size(1) + source)
         return F.cross_entropy(logits.float(), labels[:, 1:][supervised], reduction="sum"), supervised.sum()
 
+    def on_train_end(self) -> None:
+        """On an accelerator, drop the gradients and optimizer state before Lightning's teardown copies them to host
+        memory (:mod:`omnimed.training.release`; the run's checkpoints are written by now)."""
+        from omnimed.training.release import release_after_fit
+
+        release_after_fit(self)
+
     def on_fit_start(self) -> None:
         """Use ``task.micro_batch_tokens`` where one step's several backward passes simply add up: one process or
         DDP (the chunks before the last run their backward pass inside DDP's forward, before its reducer expects

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Issue 18's GPU checks on one bare GPU machine: install what it lacks, then run a named scenario.
+#
+#   scripts/gpu_bench.sh wheels            # on a machine WITH a registry: fetch the wheels into .whl/ (~21 MB)
+#   scripts/gpu_bench.sh SCENARIO [OUT]    # on the GPU machine; OUT defaults to outputs/gpu
+#
+# Scenarios (each writes OUT/<scenario>*.json and prints its table):
+#   zero3-1b      full fine-tuning of llama3.2-1b-shape (Llama-3.2-1B's shape, random weights), bf16, seq 2048
+#                 (packed), batch 8, DeepSpeed ZeRO-3 on one GPU: ours against TRL's SFTTrainer (tokens/s, MFU,
+#                 peak GPU memory)
+#   single-1b     the same without ZeRO (Lightning's single device; TRL's plain Trainer): what ZeRO-3 costs
+#   bf16-vs-fp32  SFT of smollm2-135m-shape (full fine-tuning, lr 1e-3) for five steps in fp32 on the CPU and in
+#                 bf16 on the GPU: the five losses must agree within 2%
+#   all           the three above, in that order (a failed one does not stop the next; the exit code says)
+#   rss-trace     our side's host memory at each step phase on the GPU (scripts/rss_trace.py): with and without the
+#                 lean MLP, and under ZeRO-3
+#
+# The machine needs python3 with torch (CUDA), lightning and transformers' own dependencies. What the image lacks
+# is installed from .whl/ (no registry there) into a private folder put on PYTHONPATH, or with pip where a
+# registry answers. The repository itself runs from src/ (no install), so the same checkout is used as is.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+# pinned as pyproject.toml pins them; deepspeed and antlr4 publish source only and are built into wheels here
+PACKAGES=(transformers==5.23.0 peft==0.21.2 trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
+          omegaconf==2.3.1 hjson==3.1.0 pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0
+          typing-inspection==0.4.5 pytz==2026.6)
+SOURCE_ONLY=(deepspeed==0.19.8 antlr4-python3-runtime==4.9.3)
+PY=${PYTHON:-python3}
+
+if [[ "${1:-}" == "wheels" ]]; then
+  mkdir -p .whl
+  platforms=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64
+             --platform manylinux2014_x86_64 --platform manylinux1_x86_64)
+  $PY -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp "${platforms[@]}" \
+      -d .whl "${PACKAGES[@]}" || exit 1
+  $PY -m pip wheel -q --no-deps -w .whl "${SOURCE_ONLY[@]}" || exit 1
+  du -sh .whl
+  exit 0
+fi
+
+scenario=${1:?usage: scripts/gpu_bench.sh wheels | zero3-1b | single-1b | bf16-vs-fp32 | all | rss-trace [OUT]}
+out=${2:-outputs/gpu}
+mkdir -p "$out"
+site=/tmp/omnimed-site
+if $PY -c "import trl, deepspeed, datasets, omegaconf" 2>/dev/null; then
+  echo "trl, deepspeed, datasets and omegaconf import already: nothing to install"
+elif compgen -G ".whl/*.whl" >/dev/null; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" .whl/*.whl || exit 1
+else
+  $PY -m pip install -q --target "$site" "${PACKAGES[@]}" "${SOURCE_ONLY[@]}" || exit 1
+fi
+export PYTHONPATH="$PWD/src:$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+export OMNIMED_CACHE=${OMNIMED_CACHE:-/tmp/omnimed-cache} HF_HUB_OFFLINE=1 WANDB_MODE=disabled
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+$PY - <<'EOF'
+import importlib.metadata as md
+import torch
+print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))
+print({d: md.version(d) for d in ("transformers", "peft", "trl", "deepspeed", "lightning", "datasets", "pyarrow")})
+EOF
+
+bench() { $PY -m omnimed.cli.bench "$@"; }
+big=(--model llama3.2-1b-shape --lora-r 0 --accelerator cuda --precision bf16-mixed --max-length 2048 --packing
+     --batch-size 8 --steps 12 --warmup 3 --threads 8 --lr 1e-5 --micro-batch-tokens 0 --repeats 1 --profile-step 1)
+status=0
+run() {  # run NAME CMD...: time one scenario, keep going when it fails
+  local name=$1; shift
+  echo "=== $name ($(date -u +%T))"
+  "$@" || { echo "=== $name FAILED (exit $?)"; status=1; }
+}
+zero3_1b() { bench train "${big[@]}" --strategy deepspeed_zero3 --out "$out/zero3-1b.json"; }
+single_1b() { bench train "${big[@]}" --strategy single --out "$out/single-1b.json"; }
+bf16_vs_fp32() {
+  local small=(--model smollm2-135m-shape --lora-r 0 --sides ours --steps 5 --warmup 0 --lr 1e-3 --batch-size 4
+               --max-length 256 --repeats 1)
+  bench train "${small[@]}" --accelerator cpu --precision 32-true --threads 16 --out "$out/fp32-cpu.json" &&
+  bench train "${small[@]}" --accelerator cuda --precision bf16-mixed --threads 8 --out "$out/bf16-gpu.json" &&
+  $PY scripts/compare_losses.py "$out/fp32-cpu.json" "$out/bf16-gpu.json" --rtol 0.02
+}
+case $scenario in
+  zero3-1b) run zero3-1b zero3_1b ;;
+  single-1b) run single-1b single_1b ;;
+  bf16-vs-fp32) run bf16-vs-fp32 bf16_vs_fp32 ;;
+  all) run zero3-1b zero3_1b; run bf16-vs-fp32 bf16_vs_fp32; run single-1b single_1b ;;
+  rss-trace) run rss-lean $PY scripts/rss_trace.py; run rss-plain $PY scripts/rss_trace.py --no-lean-mlp
+             run rss-zero3 $PY scripts/rss_trace.py --strategy deepspeed_zero3 ;;
+  *) echo "unknown scenario '$scenario': zero3-1b | single-1b | bf16-vs-fp32 | all | rss-trace" >&2; exit 2 ;;
+esac
+exit $status

@@ -49,6 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from omnimed.bench.train_config import check_sides
+
 SIDES = ("ours", "st")
 
 
@@ -85,8 +87,6 @@ class DistillBenchConfig:
             raise ValueError("steps >= 1, warmup >= 0, batch_size >= 1, window >= 2 and threads >= 1 are needed "
                              f"(got steps={self.steps}, warmup={self.warmup}, batch_size={self.batch_size}, "
                              f"window={self.window}, threads={self.threads})")
-        from omnimed.bench.train_config import check_sides
-
         check_sides(self.sides, SIDES)
 
     @property

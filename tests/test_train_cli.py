@@ -506,6 +506,13 @@ def test_ddp_micro_batches_train_the_weights_of_whole_batches(tmp_path):
     assert any(v.abs().max() > 1e-3 for k, v in runs["null"].items() if "lora_B" in k)  # it trained
     for key, value in runs["null"].items():
         torch.testing.assert_close(runs["96"][key], value, rtol=0, atol=1e-5, msg=key)
+    # the run's token count is both processes' (the steps' logged counts are summed over ranks; it was rank 0's)
+    import csv
+
+    steps = [r for r in csv.DictReader((tmp_path / "runnull" / "csv" / "mbnull" / "metrics.csv").open())
+             if r.get("train/tokens")]
+    metrics = json.loads((tmp_path / "runnull" / "metrics.json").read_text())
+    assert len(steps) == 4 and metrics["train/tokens"] == sum(float(r["train/tokens"]) for r in steps)
 
 
 def test_zero3_cli_lora_with_added_tokens_exports_a_loadable_adapter(tmp_path):

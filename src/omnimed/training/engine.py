@@ -232,8 +232,9 @@ def _callbacks(cfg: TrainConfig, ckpt_dir: Path, history):
 
 
 class TrainHistory(Callback):
-    """Collects per-step training loss, this process's real (non-pad) input tokens and supervised target tokens,
-    and the wall time of training."""
+    """Collects per-step training loss (this process's), the real (non-pad) input tokens and supervised target
+    tokens of every process (counted per process, summed over the processes when training ends), and the wall time
+    of training."""
 
     def __init__(self) -> None:
         self.losses: list[float] = []
@@ -257,6 +258,11 @@ class TrainHistory(Callback):
     def on_train_end(self, trainer, pl_module) -> None:
         if self.start is not None:
             self.seconds = time.perf_counter() - self.start
+        if trainer.world_size > 1:  # DDP / FSDP2 / DeepSpeed: each process saw its own share of the batches
+            counts = torch.tensor([self.tokens, self.target_tokens], dtype=torch.float64,
+                                  device=trainer.strategy.root_device)
+            total = trainer.strategy.reduce(counts, reduce_op="sum")
+            self.tokens, self.target_tokens = int(total[0]), int(total[1])
 
 
 def train(

@@ -1,7 +1,9 @@
 """``omnimed-bench``: measurements that compare us with the reference stack, or time a pipeline stage.
 
     omnimed-bench train [--steps 20 --warmup 3 --batch-size 4 --max-length 256 --threads 2 --packing/--no-packing
-                         --repeats 1 --trl-order matched|native --micro-batch-tokens 320 --out outputs/bench/train.json]
+                         --repeats 1 --trl-order matched|native --micro-batch-tokens 320 --lora-r 16 --profile-step K
+                         --accelerator cpu|cuda --precision 32-true|bf16-mixed --strategy single|deepspeed_zero3
+                         --out outputs/bench/train.json]
     omnimed-bench dpo [--steps 10 --warmup 2 --batch-size 4 --max-length 256 --threads 2 --repeats 3 --pairs N
                        --beta 0.1 --model smollm2-135m --sides ours trl --out outputs/bench/dpo.json]
     omnimed-bench world [--size large --seed 0]
@@ -80,8 +82,8 @@ def _add_side_by_side_args(parser: argparse.ArgumentParser, d: Any, models: Sequ
 
 def _side_by_side_fields(args: argparse.Namespace) -> dict[str, Any]:
     """The config fields of :func:`_add_side_by_side_args`'s options."""
-    return {"model": args.model, "lora_r": args.lora_r, "profile_step": args.profile_step, "steps": args.steps, "warmup": args.warmup, "batch_size": args.batch_size,
-            "max_length": args.max_length, "threads": args.threads, "lr": args.lr, "seed": args.seed,
+    return {"model": args.model, "lora_r": args.lora_r, "profile_step": args.profile_step, "steps": args.steps,
+            "warmup": args.warmup, "batch_size": args.batch_size, "max_length": args.max_length, "threads": args.threads, "lr": args.lr, "seed": args.seed,
             "world_size": args.world_size, "repeats": args.repeats, "sides": list(args.sides),
             "accelerator": args.accelerator, "precision": args.precision, "strategy": args.strategy}
 

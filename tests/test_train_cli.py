@@ -492,26 +492,31 @@ def test_fsdp2_cli_two_processes_exports_the_trained_adapter(tmp_path):
     assert torch.isfinite(model(input_ids=torch.tensor([[1, 2, 3]])).logits).all()
 
 
-def test_ddp_micro_batches_train_the_weights_of_whole_batches(tmp_path):
-    """`task.micro_batch_tokens` under DDP on 2 CPU processes: the chunks' gradients add up and are all-reduced
-    once, so 4 steps end at the whole batches' adapter (dropout off: its masks are drawn per forward pass)."""
+def test_ddp_and_fsdp2_micro_batches_train_the_weights_of_whole_batches(tmp_path):
+    """`task.micro_batch_tokens` on 2 CPU processes: under DDP the chunks' gradients add up and are all-reduced
+    once, under FSDP2 they add up unsharded (sync off) and the last chunk's backward reduce-scatters the sum; so 4
+    steps end at the whole batches' adapter (dropout off: its masks are drawn per forward pass)."""
     runs = {}
-    for budget in ("null", "96"):
-        res = train(tmp_path, *ZERO3, "strategy=ddp", "model.lora.dropout=0", f"task.micro_batch_tokens={budget}",
-                    "trainer.num_threads=1", f"hydra.run.dir={tmp_path}/run{budget}", f"run_name=mb{budget}",
-                    timeout=600)
-        assert "micro_batch_tokens" not in res.stdout + res.stderr  # no "not used with DDPStrategy" warning
-        runs[budget] = load_file(tmp_path / "checkpoints" / "sft" / f"mb{budget}" / "hf" / "adapter"
-                                 / "adapter_model.safetensors")
-    assert any(v.abs().max() > 1e-3 for k, v in runs["null"].items() if "lora_B" in k)  # it trained
-    for key, value in runs["null"].items():
-        torch.testing.assert_close(runs["96"][key], value, rtol=0, atol=1e-5, msg=key)
+    for strategy, budget in (("ddp", "null"), ("ddp", "96"), ("fsdp2", "96")):
+        name = f"mb{budget}" if strategy == "ddp" else f"{strategy}{budget}"
+        res = train(tmp_path, *ZERO3, f"strategy={strategy}", "model.lora.dropout=0",
+                    f"task.micro_batch_tokens={budget}", "trainer.num_threads=1", f"hydra.run.dir={tmp_path}/run{name}",
+                    f"run_name={name}", timeout=600)
+        assert "micro_batch_tokens" not in res.stdout + res.stderr  # no "not used with <strategy>" warning
+        runs[strategy, budget] = load_file(tmp_path / "checkpoints" / "sft" / name / "hf" / "adapter"
+                                           / "adapter_model.safetensors")
+    whole = runs["ddp", "null"]
+    assert any(v.abs().max() > 1e-3 for k, v in whole.items() if "lora_B" in k)  # it trained
+    for run in (("ddp", "96"), ("fsdp2", "96")):
+        assert runs[run].keys() == whole.keys()
+        for key, value in whole.items():
+            torch.testing.assert_close(runs[run][key], value, rtol=0, atol=1e-5, msg=f"{run}: {key}")
     # the run's token count is both processes' (the steps' logged counts are summed over ranks; it was rank 0's)
     import csv
 
-    steps = [r for r in csv.DictReader((tmp_path / "runnull" / "csv" / "mbnull" / "metrics.csv").open())
+    steps = [r for r in csv.DictReader((tmp_path / "runmbnull" / "csv" / "mbnull" / "metrics.csv").open())
              if r.get("train/tokens")]
-    metrics = json.loads((tmp_path / "runnull" / "metrics.json").read_text())
+    metrics = json.loads((tmp_path / "runmbnull" / "metrics.json").read_text())
     assert len(steps) == 4 and metrics["train/tokens"] == sum(float(r["train/tokens"]) for r in steps)
 
 

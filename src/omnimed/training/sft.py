@@ -226,14 +226,15 @@ class SFTModule(L.LightningModule):
         release_after_fit(self)
 
     def on_fit_start(self) -> None:
-        """Use ``task.micro_batch_tokens`` where one step's several backward passes simply add up: one process or
-        DDP (the chunks before the last run their backward pass inside DDP's forward, before its reducer expects
-        gradients, so they accumulate locally and the last one's backward all-reduces the sum; measured equal to
-        whole batches). Elsewhere (FSDP2 reduce-scatters at every backward pass, DeepSpeed's engine counts them) the
-        run says it splits nothing and trains whole batches."""
+        """Use ``task.micro_batch_tokens`` where one step's several backward passes add up to the whole batch's:
+        one process; DDP (the chunks before the last run their backward pass inside DDP's forward, before its
+        reducer expects gradients, so they accumulate locally and the last one's backward all-reduces the sum);
+        FSDP2 (gradient sync switched off for the chunks before the last, so the last backward reduce-scatters the
+        sum once). Both measured equal to whole batches. DeepSpeed's engine counts every backward pass as a
+        micro-step of its own: there the run says it splits nothing and trains whole batches."""
         self._micro_batch_tokens = self.task_cfg.micro_batch_tokens
         strategy = self.trainer.strategy
-        if self._micro_batch_tokens is not None and not _plain_strategy(strategy):
+        if self._micro_batch_tokens is not None and not (_plain_strategy(strategy) or self._fsdp2()):
             log.warning(
                 "task.micro_batch_tokens=%d is not used with %s on %d process(es): whole batches are trained (lower "
                 "data.batch_size and raise trainer.accumulate_grad_batches to save memory there)",
@@ -243,7 +244,8 @@ class SFTModule(L.LightningModule):
 
     def training_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         chunks = micro_batches(batch, self._micro_batch_tokens)
-        if len(chunks) == 1:
+        passes = self._passes_on_every_rank(len(chunks)) if self._micro_batch_tokens is not None else 1
+        if passes == 1:
             loss, _ = self._loss(batch)
         else:
             # Lightning zeroes the gradients between this step and its backward pass: zero them now instead, when
@@ -252,7 +254,7 @@ class SFTModule(L.LightningModule):
                 for optimizer in self.trainer.optimizers:
                     optimizer.zero_grad(set_to_none=True)
                 self._zeroed_in_step = True
-            loss = self._chunked_loss(chunks, (batch["labels"][:, 1:] != IGNORE_INDEX).sum().clamp(min=1))
+            loss = self._chunked_loss(chunks, passes, (batch["labels"][:, 1:] != IGNORE_INDEX).sum().clamp(min=1))
         self._log_train_step(loss, batch, batch["input_ids"].size(0))
         return loss
 
@@ -262,16 +264,43 @@ class SFTModule(L.LightningModule):
             return
         super().optimizer_zero_grad(epoch, batch_idx, optimizer)
 
-    def _chunked_loss(self, chunks: list[dict[str, torch.Tensor]], n_targets: torch.Tensor) -> torch.Tensor:
-        """Backward through every chunk but the last here; return a loss whose value is the whole batch's and whose
-        graph is the last chunk's, for Lightning's own backward pass. Each chunk's loss is its summed cross-entropy
-        over the whole batch's ``n_targets``, so the gradients add up to the whole batch's."""
+    def _chunked_loss(self, chunks: list[dict[str, torch.Tensor]], passes: int, n_targets: torch.Tensor,
+                      ) -> torch.Tensor:
+        """Backward through every pass but the last here; return a loss whose value is the whole batch's and whose
+        graph is the last pass's, for Lightning's own backward pass. Each chunk's loss is its summed cross-entropy
+        over the whole batch's ``n_targets``, so the gradients add up to the whole batch's. Passes beyond
+        ``chunks`` (FSDP2, where another rank has more chunks) repeat the last chunk with weight 0."""
         done = torch.zeros((), device=n_targets.device)
-        for chunk in chunks[:-1]:
-            part = self._loss_sum(chunk)[0] / n_targets
-            self.trainer.strategy.backward(part, None)
-            done = done + part.detach()
-        return self._loss_sum(chunks[-1])[0] / n_targets + done
+        weighted = [(chunk, 1.0) for chunk in chunks] + [(chunks[-1], 0.0)] * (passes - len(chunks))
+        fsdp2 = self._fsdp2()
+        if fsdp2:  # accumulate unsharded gradients locally; the last pass's backward reduce-scatters their sum
+            self._require_model().set_requires_gradient_sync(False)
+        try:
+            for chunk, weight in weighted[:-1]:
+                part = self._loss_sum(chunk)[0] * weight / n_targets
+                self.trainer.strategy.backward(part, None)
+                done = done + part.detach()
+        finally:
+            if fsdp2:
+                self._require_model().set_requires_gradient_sync(True)
+        chunk, weight = weighted[-1]
+        return self._loss_sum(chunk)[0] * weight / n_targets + done
+
+    def _passes_on_every_rank(self, chunks: int) -> int:
+        """How many forward and backward passes this step runs: its own chunks, or under FSDP2 the most chunks any
+        rank has, since every pass gathers the shards from all ranks and a rank that stopped early would hang the
+        others."""
+        if not (self._fsdp2() and torch.distributed.is_initialized()):
+            return chunks
+        most = torch.tensor(chunks, device=self.device)
+        torch.distributed.all_reduce(most, op=torch.distributed.ReduceOp.MAX)
+        return int(most)
+
+    def _fsdp2(self) -> bool:
+        """Whether the model is sharded by FSDP2 (:func:`omnimed.training.strategies.apply_fsdp2`)."""
+        from torch.distributed.fsdp import FSDPModule
+
+        return isinstance(self.model, FSDPModule)
 
     def _log_train_step(self, loss: torch.Tensor, batch: Mapping[str, torch.Tensor], bs: int) -> None:
         """``train/loss``, ``train/tokens`` (real, non-pad tokens of the micro-batch, summed over ranks) and

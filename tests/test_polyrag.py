@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -173,6 +174,17 @@ def test_the_distilled_embedder_trains_through_the_engine_and_its_export_loads_a
     assert np.allclose(exported.encode(texts, normalize_embeddings=True), mine, atol=1e-5)
     # BERT's pooler takes no part in the mean-pooled embedding: frozen, so DDP has no parameter without a gradient
     assert module.frozen_unused and all(".pooler." in name for name in module.frozen_unused), module.frozen_unused
+    # at the end of a fit on an accelerator the module drops its gradients and AdamW state (Lightning's teardown
+    # would copy them to host memory); on the CPU they stay
+    optimizer = torch.optim.AdamW([p for p in module.parameters() if p.requires_grad])
+    module.train().embed(texts).sum().backward()
+    optimizer.step()
+    module._trainer = SimpleNamespace(optimizers=[optimizer])
+    module.on_train_end()
+    assert optimizer.state and any(p.grad is not None for p in module.parameters())
+    module._device = torch.device("meta")  # what the hook sees of a module on an accelerator
+    module.on_train_end()
+    assert not optimizer.state and all(p.grad is None for p in module.parameters())
 
 
 def test_the_embedder_trains_under_ddp_on_two_processes(utility, tmp_path):

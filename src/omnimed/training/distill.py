@@ -165,6 +165,13 @@ class DistillModule(L.LightningModule):
                                   num_training_steps=total)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1}}
 
+    def on_train_end(self) -> None:
+        """On an accelerator, drop the gradients and AdamW state before Lightning's teardown copies them to host
+        memory, as the SFT module does (:mod:`omnimed.training.release`)."""
+        from omnimed.training.release import release_after_fit
+
+        release_after_fit(self)
+
     def export(self, folder: Path) -> None:
         """The trained encoder as a sentence-transformers folder (safetensors), swapped into place whole."""
         from omnimed.data.artifacts import atomic_path

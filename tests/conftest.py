@@ -37,8 +37,8 @@ def realdata() -> Path:
 @pytest.fixture(scope="session")
 def world_tiny():
     """The tiny synthetic world (what ``knowledge=world_tiny`` reads)."""
-    from omnimed.knowledge.corpus import world_of
     from omnimed.knowledge.config import KnowledgeConfig
+    from omnimed.knowledge.corpus import world_of
 
     return world_of(KnowledgeConfig(name="world_tiny", world_size="tiny"))
 

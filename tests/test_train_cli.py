@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 import torch
+import yaml
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from safetensors.torch import load_file

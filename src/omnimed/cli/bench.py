@@ -83,7 +83,8 @@ def _add_side_by_side_args(parser: argparse.ArgumentParser, d: Any, models: Sequ
 def _side_by_side_fields(args: argparse.Namespace) -> dict[str, Any]:
     """The config fields of :func:`_add_side_by_side_args`'s options."""
     return {"model": args.model, "lora_r": args.lora_r, "profile_step": args.profile_step, "steps": args.steps,
-            "warmup": args.warmup, "batch_size": args.batch_size, "max_length": args.max_length, "threads": args.threads, "lr": args.lr, "seed": args.seed,
+            "warmup": args.warmup, "batch_size": args.batch_size, "max_length": args.max_length,
+            "threads": args.threads, "lr": args.lr, "seed": args.seed,
             "world_size": args.world_size, "repeats": args.repeats, "sides": list(args.sides),
             "accelerator": args.accelerator, "precision": args.precision, "strategy": args.strategy}
 

@@ -290,11 +290,9 @@ class SFTModule(L.LightningModule):
         """How many forward and backward passes this step runs: its own chunks, or under FSDP2 the most chunks any
         rank has, since every pass gathers the shards from all ranks and a rank that stopped early would hang the
         others."""
-        if not (self._fsdp2() and torch.distributed.is_initialized()):
+        if not self._fsdp2():
             return chunks
-        most = torch.tensor(chunks, device=self.device)
-        torch.distributed.all_reduce(most, op=torch.distributed.ReduceOp.MAX)
-        return int(most)
+        return int(self.trainer.strategy.reduce(torch.tensor(chunks, device=self.device), reduce_op="max"))
 
     def _fsdp2(self) -> bool:
         """Whether the model is sharded by FSDP2 (:func:`omnimed.training.strategies.apply_fsdp2`)."""

@@ -200,8 +200,8 @@ def test_search_plan_without_a_plan_says_what_it_expected():
 
 def test_the_commands_start_without_torch_so_a_config_error_is_told_at_once():
     """Every command's module imports in about a second: torch, transformers, PEFT and Lightning (about 9 s on these
-    CPUs) load only when a run needs them, so ``--help``, a config error and a run on the oracle backend do not wait
-    for them (``omnimed.models`` imported its loaders eagerly before, and every command paid for them)."""
+    CPUs) load only when a run needs them, so ``--help`` and a config error do not wait for them (``omnimed.models``
+    imported its loaders eagerly before, and every command paid for them)."""
     heavy = ("torch", "transformers", "peft", "lightning", "sentence_transformers")
     code = ("import sys\n"
             "import omnimed.cli.bench, omnimed.cli.build, omnimed.cli.compare, omnimed.cli.data, omnimed.cli.evaluate, "

@@ -1,7 +1,7 @@
 """Loading causal LMs and encoders from a config: PyPI-packaged real models, hub ids, local paths, tiny test models.
 
 The loaders (torch, transformers, PEFT: seconds to import) are imported on first use, so that a command that only
-reads a model config (``--help``, a config error, a run on the oracle backend) starts without them.
+reads a model config (``--help``, a config error) starts without them.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Issue 18's GPU checks on one bare GPU machine: install what it lacks, then run a named scenario.
 #
-#   scripts/gpu_bench.sh wheels            # on a machine WITH a registry: fetch the wheels into .whl/ (~21 MB)
-#   scripts/gpu_bench.sh SCENARIO [OUT]    # on the GPU machine; OUT defaults to outputs/gpu
+#   scripts/gpu_bench.sh wheels            # on a machine WITH a registry: fetch the wheels into .whl/ (~22 MB)
+#   scripts/gpu_bench.sh data              # here too: the distillation's utility labels into .gpu-data/ (~9 MB)
+#   scripts/gpu_bench.sh SCENARIO[,SCENARIO...] [OUT]   # on the GPU machine; OUT defaults to outputs/gpu
 #
 # Scenarios (each writes OUT/<scenario>*.json and prints its table):
 #   zero3-1b      full fine-tuning of llama3.2-1b-shape (Llama-3.2-1B's shape, random weights), bf16, seq 2048
@@ -12,6 +13,9 @@
 #   bf16-vs-fp32  SFT of smollm2-135m-shape (full fine-tuning, lr 1e-3) for five steps in fp32 on the CPU and in
 #                 bf16 on the GPU: the five losses must agree within 2%
 #   all           the three above, in that order (a failed one does not stop the next; the exit code says)
+#   distill-bge-m3  issue 16: utility distillation of bge-m3-shape (BGE-M3's architecture, random weights) in bf16
+#                 with the paper preset's batch (16 queries x 50 passages), gradient checkpointing on both sides:
+#                 ours against SentenceTransformerTrainer (samples/s, peak GPU memory); reads .gpu-data/utility
 #   rss-trace     our side's host memory at each step phase on the GPU (scripts/rss_trace.py): with and without the
 #                 lean MLP, and under ZeRO-3
 #
@@ -22,7 +26,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # pinned as pyproject.toml pins them; deepspeed and antlr4 publish source only and are built into wheels here
-PACKAGES=(transformers==5.23.0 peft==0.21.2 trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
+PACKAGES=(transformers==5.23.0 peft==0.21.2 trl==1.16.0 datasets==5.2.0 sentence-transformers==6.2.0
+          dill==0.4.1 multiprocess==0.70.19
           omegaconf==2.3.1 hjson==3.1.0 pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0
           typing-inspection==0.4.5 pytz==2026.6)
 SOURCE_ONLY=(deepspeed==0.19.8 antlr4-python3-runtime==4.9.3)
@@ -39,7 +44,24 @@ if [[ "${1:-}" == "wheels" ]]; then
   exit 0
 fi
 
-scenario=${1:?usage: scripts/gpu_bench.sh wheels | zero3-1b | single-1b | bf16-vs-fp32 | all | rss-trace [OUT]}
+if [[ "${1:-}" == "data" ]]; then  # the labels the bench would build, so the GPU machine needs no bm25s or world
+  exec "$PY" - <<'EOF'
+import shutil
+from pathlib import Path
+from omnimed.bench.distill import DistillBenchConfig, build_data
+cfg = DistillBenchConfig(batch_size=16, window=50, steps=10, warmup=3, world_size="small")
+root = Path(".gpu-data")
+shutil.rmtree(root, ignore_errors=True)
+path, data = build_data(cfg, root / "build")
+(root / "utility").mkdir(parents=True)
+for name in ("records.jsonl", "manifest.json"):
+    shutil.copy(path / name, root / "utility" / name)
+shutil.rmtree(root / "build")
+print(root / "utility", data)
+EOF
+fi
+
+scenarios=${1:?usage: scripts/gpu_bench.sh wheels | data | zero3-1b | single-1b | bf16-vs-fp32 | all | distill-bge-m3 | rss-trace [OUT]}
 out=${2:-outputs/gpu}
 mkdir -p "$out"
 site=/tmp/omnimed-site
@@ -69,6 +91,11 @@ run() {  # run NAME CMD...: time one scenario, keep going when it fails
   echo "=== $name ($(date -u +%T))"
   "$@" || { echo "=== $name FAILED (exit $?)"; status=1; }
 }
+distill_bge_m3() {
+  $PY -m omnimed.cli.bench distill --model bge-m3-shape --accelerator cuda --precision bf16-mixed \
+      --gradient-checkpointing --batch-size 16 --window 50 --max-length 256 --steps 10 --warmup 3 --threads 8 \
+      --lr 1e-5 --data .gpu-data/utility --out "$out/distill-bge-m3.json" ${DISTILL_EXTRA:-}
+}
 zero3_1b() { bench train "${big[@]}" --strategy deepspeed_zero3 --out "$out/zero3-1b.json"; }
 single_1b() { bench train "${big[@]}" --strategy single --out "$out/single-1b.json"; }
 bf16_vs_fp32() {
@@ -78,13 +105,17 @@ bf16_vs_fp32() {
   bench train "${small[@]}" --accelerator cuda --precision bf16-mixed --threads 8 --out "$out/bf16-gpu.json" &&
   $PY scripts/compare_losses.py "$out/fp32-cpu.json" "$out/bf16-gpu.json" --rtol 0.02
 }
+for scenario in ${scenarios//,/ }; do
 case $scenario in
   zero3-1b) run zero3-1b zero3_1b ;;
+  distill-bge-m3) run distill-bge-m3 distill_bge_m3 ;;
   single-1b) run single-1b single_1b ;;
   bf16-vs-fp32) run bf16-vs-fp32 bf16_vs_fp32 ;;
   all) run zero3-1b zero3_1b; run bf16-vs-fp32 bf16_vs_fp32; run single-1b single_1b ;;
   rss-trace) run rss-lean $PY scripts/rss_trace.py; run rss-plain $PY scripts/rss_trace.py --no-lean-mlp
              run rss-zero3 $PY scripts/rss_trace.py --strategy deepspeed_zero3 ;;
-  *) echo "unknown scenario '$scenario': zero3-1b | single-1b | bf16-vs-fp32 | all | rss-trace" >&2; exit 2 ;;
+  *) echo "unknown scenario '$scenario': zero3-1b | single-1b | bf16-vs-fp32 | all | distill-bge-m3 | rss-trace" >&2
+     exit 2 ;;
 esac
+done
 exit $status

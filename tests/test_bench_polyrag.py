@@ -29,8 +29,14 @@ def test_the_cli_reads_the_polyview_and_distill_options():
     d = _parser().parse_args(["distill"])
     assert (d.steps, d.warmup, d.batch_size, d.window, d.threads) == (20, 3, 4, 8, 2)
     assert d.dropout and d.isolate and d.sides == ["ours", "st"] and d.goal_ratio == 1.0
+    assert (d.model, d.accelerator, d.precision, d.gradient_checkpointing, d.data) == (
+        "minilm-l6", "cpu", "32-true", False, None)
     d = _parser().parse_args(["distill", "--no-dropout", "--no-isolate", "--sides", "st"])
     assert not d.dropout and not d.isolate and d.sides == ["st"]
+    d = _parser().parse_args(["distill", "--model", "bge-m3-shape", "--accelerator", "cuda", "--precision",
+                              "bf16-mixed", "--gradient-checkpointing", "--data", ".gpu-data/utility"])
+    assert (d.model, d.accelerator, d.precision, d.gradient_checkpointing, d.data) == (
+        "bge-m3-shape", "cuda", "bf16-mixed", True, ".gpu-data/utility")
 
 
 @pytest.mark.timeout(240)
@@ -77,6 +83,28 @@ def test_distill_both_sides_train_on_the_same_batches_with_the_same_losses(keep_
     assert comp["first_step_loss_abs_diff"] < 1e-5 and comp["max_step_loss_abs_diff"] < 1e-4
     assert comp["ratio_samples_per_s"] > 0 and comp["meets_goal"] == (comp["ratio_samples_per_s"] >= 1.0)
     assert len(result["ratios_per_repeat"]) == 1 and result["data"]["examples"] == 6
+
+
+@pytest.mark.timeout(240)
+def test_distill_of_a_bge_m3_shaped_encoder_with_checkpointing_matches_sentence_transformers(keep_threads):
+    """The GPU check's code path on CPU: an XLM-RoBERTa encoder in BGE-M3's folder layout ([CLS] pooling,
+    normalisation), built here with random weights, trained by both sides with gradient checkpointing on; every
+    step's loss agrees, so checkpointing changes neither side's arithmetic."""
+    from omnimed.bench.distill import bench_distill
+
+    result = bench_distill(world_size="tiny", steps=1, warmup=1, batch_size=2, dropout=False, isolate=False,
+                           threads=1, model="tiny-xlm-roberta", gradient_checkpointing=True)
+    comp = result["comparison"]
+    assert result["config"]["model"] == "tiny-xlm-roberta" and comp["same_first_batch"]
+    assert comp["init_loss_match"] and comp["init_loss_eval"]["ours"] > 0.1, comp
+    assert comp["max_step_loss_abs_diff"] < 1e-4 and comp["ratio_peak_gpu_allocated"] is None
+
+
+def test_distill_refuses_bf16_on_the_cpu():
+    from omnimed.bench.distill import bench_distill
+
+    with pytest.raises(ValueError, match="bf16-mixed is for accelerator=cuda"):
+        bench_distill(world_size="tiny", precision="bf16-mixed", isolate=False)
 
 
 def test_distill_refuses_too_few_training_queries_before_loading_a_model():

@@ -560,3 +560,26 @@ def test_gpu_check_shapes_have_their_checkpoints_parameter_counts(tmp_path: Path
     assert type(model).__name__ == family and model.config.tie_word_embeddings
     layer = sum(p.numel() for p in model.model.layers[0].parameters())
     assert sum(p.numel() for p in model.parameters()) + (spec.num_hidden_layers - 1) * layer == params
+
+
+def test_bge_m3_shape_is_a_sentence_transformers_folder_of_bge_m3s_size(tmp_path: Path) -> None:
+    """``bge-m3-shape`` (issue 16's GPU distillation, no hub there) loads with ``SentenceTransformer(path)`` as
+    BGE-M3's folder does: XLM-RoBERTa, [CLS] pooling, normalised 1024-d embeddings, 250,002 embedding rows and 8,194
+    positions, and at its 24 layers BGE-M3's 567.75M parameters (pooler included). Built with one layer here."""
+    from dataclasses import replace
+
+    from sentence_transformers import SentenceTransformer
+
+    from omnimed.models.tiny import TINY_MODELS, _build_encoder
+
+    spec = TINY_MODELS["bge-m3-shape"]
+    _build_encoder(replace(spec, num_hidden_layers=1), tmp_path)
+    model = SentenceTransformer(str(tmp_path), local_files_only=True)
+    hf = model[0].model
+    assert type(hf).__name__ == "XLMRobertaModel" and model[1].pooling_mode == "cls"
+    assert hf.embeddings.word_embeddings.weight.shape == (250002, 1024)
+    assert hf.embeddings.position_embeddings.weight.shape == (8194, 1024)
+    layer = sum(p.numel() for p in hf.encoder.layer[0].parameters())
+    assert sum(p.numel() for p in hf.parameters()) + (spec.num_hidden_layers - 1) * layer == 567_754_752
+    emb = model.encode(["asthma", "a passage on inhaled corticosteroids"], convert_to_tensor=True)
+    assert emb.shape == (2, 1024) and torch.allclose(emb.norm(dim=-1), torch.ones(2), atol=1e-4)

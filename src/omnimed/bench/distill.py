@@ -14,6 +14,12 @@ the same model, data, batch size, passage window and optimisation, in samples (q
   (``optim=adamw_torch``, not the fused default: ours runs torch's AdamW) and the same linear schedule with the same
   warmup steps.
 
+``accelerator=cuda`` with ``precision=bf16-mixed`` runs both sides on a GPU under bf16 autocast (ours: Lightning's
+precision plugin; st: ``bf16=True``), each step's clock stamped after ``torch.cuda.synchronize`` and the peak GPU
+memory reported; ``gradient_checkpointing`` turns it on in both encoders (``model.gradient_checkpointing`` of ours,
+the trainer's argument of st's). ``model=bge-m3-shape`` is BGE-M3's architecture with random weights (issue 16's GPU
+check: no hub there); ``data`` reads a utility record set built beforehand (``--data``) instead of labelling one.
+
 Both start from the same weights (``minilm-l6``, the miniature preset's ``task=utility_embed`` settings: lr 1e-4,
 temperature 0.05, teacher temperature 0.1, warmup ratio 0.2) and train on the same batches: utility examples the
 world oracle labels (stage ``polyrag_utility`` on a BM25 knowledge base over the world of ``world_size``, built in
@@ -78,6 +84,10 @@ class DistillBenchConfig:
     sides: list[str] = field(default_factory=lambda: list(SIDES))
     st_optim: str = "adamw_torch"
     isolate: bool = True
+    accelerator: str = "cpu"
+    precision: str = "32-true"
+    gradient_checkpointing: bool = False
+    data: str | None = None
     goal_ratio: float = 1.0
     loss_rtol: float = 1e-4
     child_timeout_s: float = 1800.0
@@ -88,6 +98,13 @@ class DistillBenchConfig:
                              f"(got steps={self.steps}, warmup={self.warmup}, batch_size={self.batch_size}, "
                              f"window={self.window}, threads={self.threads})")
         check_sides(self.sides, SIDES)
+        from omnimed.bench.train_config import ACCELERATORS, PRECISIONS
+
+        if self.accelerator not in ACCELERATORS or self.precision not in PRECISIONS:
+            raise ValueError(f"accelerator must be one of {ACCELERATORS} and precision one of {PRECISIONS} (got "
+                             f"{self.accelerator!r}, {self.precision!r})")
+        if self.precision == "bf16-mixed" and self.accelerator != "cuda":
+            raise ValueError("precision=bf16-mixed is for accelerator=cuda (the CPU sides train in fp32)")
 
     @property
     def total_steps(self) -> int:
@@ -199,6 +216,13 @@ def load_student(cfg: DistillBenchConfig) -> Any:
     return model
 
 
+def model_config(cfg: DistillBenchConfig) -> Any:
+    """``conf/model/<cfg.model>.yaml`` with the bench's gradient checkpointing."""
+    from omnimed.models.config import named_model_config
+
+    return dataclasses.replace(named_model_config(cfg.model), gradient_checkpointing=cfg.gradient_checkpointing)
+
+
 @dataclass
 class StepClock:
     """Wall clock and CPU time at the end of every optimizer step, samples and loss of every step."""
@@ -210,13 +234,18 @@ class StepClock:
     samples: list[int] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)
     threads: int | None = None
+    sync: Callable[[], None] | None = None  # torch.cuda.synchronize on a GPU
 
     def begin(self) -> None:
+        if self.sync:
+            self.sync()
         self.start, self.cpu_start = time.perf_counter(), time.process_time()
 
     def step_end(self) -> None:
         import torch
 
+        if self.sync:
+            self.sync()
         self.ends.append(time.perf_counter())
         self.cpu_ends.append(time.process_time())
         if self.threads is None:
@@ -251,8 +280,7 @@ def run_ours(cfg: DistillBenchConfig, data_path: str | Path) -> dict[str, Any]:
     import torch
     from lightning.pytorch import Callback
 
-    from omnimed.bench.train_measure import PeakRSS
-    from omnimed.models.config import named_model_config
+    from omnimed.bench.train_measure import PeakRSS, peak_gpu_memory
     from omnimed.training.distill import DistillModule, listwise_kl
 
     torch.set_num_threads(cfg.threads)
@@ -260,7 +288,7 @@ def run_ours(cfg: DistillBenchConfig, data_path: str | Path) -> dict[str, Any]:
         t0 = time.perf_counter()
         dm = data_module(cfg, data_path)
         first = next(iter(dm.train_dataloader()))
-        clock = StepClock()
+        clock = StepClock(sync=torch.cuda.synchronize if cfg.accelerator == "cuda" else None)
 
         class StepTimer(Callback):
             def on_train_start(self, trainer: Any, pl_module: Any) -> None:
@@ -274,16 +302,18 @@ def run_ours(cfg: DistillBenchConfig, data_path: str | Path) -> dict[str, Any]:
                 clock.samples.append(len(batch["queries"]))
 
         L.seed_everything(cfg.seed, workers=True, verbose=False)
-        module = DistillModule(named_model_config(cfg.model), task_config(cfg))
+        module = DistillModule(model_config(cfg), task_config(cfg))
         if not cfg.dropout:
             no_dropout(module.encoder)
         module.eval()
-        with torch.no_grad():
+        module.to("cuda" if cfg.accelerator == "cuda" else "cpu")
+        with torch.no_grad(), torch.autocast(cfg.accelerator, dtype=torch.bfloat16,
+                                             enabled=cfg.precision == "bf16-mixed"):
             init_loss = float(listwise_kl(*module.logits(first)))
         module.train()
         rss_model_mb = rss.current_mb()
         with tempfile.TemporaryDirectory(prefix="omnimed-bench-distill-") as tmp:
-            trainer = L.Trainer(accelerator="cpu", devices=1, precision="32-true", gradient_clip_val=1.0,
+            trainer = L.Trainer(accelerator=cfg.accelerator, devices=1, precision=cfg.precision, gradient_clip_val=1.0,
                                 max_steps=cfg.total_steps, max_epochs=1, accumulate_grad_batches=1, logger=False,
                                 enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                                 num_sanity_val_steps=0, limit_val_batches=0, use_distributed_sampler=False,
@@ -291,7 +321,7 @@ def run_ours(cfg: DistillBenchConfig, data_path: str | Path) -> dict[str, Any]:
             setup_s = time.perf_counter() - t0
             trainer.fit(module, datamodule=dm)
     result = clock.summary(cfg.warmup, cfg.steps)
-    result.update(rss.result())
+    result.update(rss.result(), **peak_gpu_memory(cfg.accelerator))
     result.update(side="ours", loop="lightning.Trainer.fit(DistillModule, DistillDataModule)",
                   loss_impl="omnimed.training.distill.listwise_kl", init_loss_eval=init_loss,
                   first_batch=batch_fingerprint(first["queries"], first["passages"], first["scores"]),
@@ -338,7 +368,7 @@ def run_st(cfg: DistillBenchConfig, data_path: str | Path) -> dict[str, Any]:
     from torch.utils.data import BatchSampler, SequentialSampler
     from transformers import PrinterCallback, ProgressCallback, TrainerCallback
 
-    from omnimed.bench.train_measure import PeakRSS
+    from omnimed.bench.train_measure import PeakRSS, peak_gpu_memory
 
     torch.set_num_threads(cfg.threads)
     with PeakRSS() as rss:
@@ -347,7 +377,7 @@ def run_st(cfg: DistillBenchConfig, data_path: str | Path) -> dict[str, Any]:
         order = batch_order(dm)[: cfg.examples]
         rows = st_rows([dm.train_items[i] for i in order], cfg.window)
         dataset = datasets.Dataset.from_list(rows)
-        clock = StepClock()
+        clock = StepClock(sync=torch.cuda.synchronize if cfg.accelerator == "cuda" else None)
 
         class StepTimer(TrainerCallback):
             def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -381,8 +411,10 @@ def run_st(cfg: DistillBenchConfig, data_path: str | Path) -> dict[str, Any]:
             args = SentenceTransformerTrainingArguments(
                 output_dir=tmp, per_device_train_batch_size=cfg.batch_size, gradient_accumulation_steps=1,
                 max_steps=cfg.total_steps, learning_rate=cfg.lr, weight_decay=0.0, optim=cfg.st_optim,
-                lr_scheduler_type="linear", warmup_steps=warmup_steps(cfg), max_grad_norm=1.0, bf16=False, fp16=False,
-                use_cpu=True, report_to=[], dataloader_num_workers=0, logging_steps=1, save_strategy="no",
+                lr_scheduler_type="linear", warmup_steps=warmup_steps(cfg), max_grad_norm=1.0,
+                bf16=cfg.precision == "bf16-mixed", fp16=False, use_cpu=cfg.accelerator == "cpu",
+                gradient_checkpointing=cfg.gradient_checkpointing,
+                gradient_checkpointing_kwargs={"use_reentrant": False}, report_to=[], dataloader_num_workers=0, logging_steps=1, save_strategy="no",
                 eval_strategy="no", disable_tqdm=True, seed=cfg.seed, data_seed=cfg.seed)
             trainer = BenchTrainer(model=model, args=args, train_dataset=dataset, loss=loss, callbacks=[StepTimer()])
             trainer.remove_callback(PrinterCallback)
@@ -390,13 +422,15 @@ def run_st(cfg: DistillBenchConfig, data_path: str | Path) -> dict[str, Any]:
             first_rows = [dataset[i] for i in range(min(cfg.batch_size, len(dataset)))]
             features, labels = trainer.collect_features(trainer.data_collator(first_rows))
             model.eval()
-            with torch.no_grad():
-                init_loss = float(loss(features, labels))
+            model.to(args.device)
+            features = [{k: v.to(args.device) if torch.is_tensor(v) else v for k, v in f.items()} for f in features]
+            with torch.no_grad(), torch.autocast(cfg.accelerator, dtype=torch.bfloat16, enabled=args.bf16):
+                init_loss = float(loss(features, labels.to(args.device)))
             model.train()
             setup_s = time.perf_counter() - t0
             trainer.train()
     result = clock.summary(cfg.warmup, cfg.steps)
-    result.update(rss.result())
+    result.update(rss.result(), **peak_gpu_memory(cfg.accelerator))
     first = [dm.train_items[i] for i in order[: cfg.batch_size]]
     result.update(side="st", loop="sentence_transformers.SentenceTransformerTrainer.train()",
                   loss_impl="ListwiseKLLoss(DistillKLDivLoss) / student_temperature**2", init_loss_eval=init_loss,
@@ -457,6 +491,8 @@ def compare(ours: dict[str, Any], st: dict[str, Any], cfg: DistillBenchConfig) -
         # with dropout on the sides draw different masks: the training losses need not match then
         "first_step_loss_match": _close(ours["first_step_loss"], st["first_step_loss"], cfg.loss_rtol)
         if not cfg.dropout else None,
+        "ratio_peak_gpu_allocated": round(ours["peak_gpu_allocated_mb"] / st["peak_gpu_allocated_mb"], 3)
+        if "peak_gpu_allocated_mb" in ours and "peak_gpu_allocated_mb" in st else None,
         "same_first_batch": ours["first_batch"] == st["first_batch"] == st["first_batch_from_our_order"],
         "goal_ratio": cfg.goal_ratio,
         "meets_goal": ratio >= cfg.goal_ratio,
@@ -484,8 +520,12 @@ def bench_distill(cfg: DistillBenchConfig | None = None, log: Callable[[str], No
     hw["versions"]["sentence-transformers"] = md.version("sentence-transformers")
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="omnimed-bench-distill-") as tmp:
-        say(f"labelling {cfg.examples} training queries with the {cfg.world_size} world's oracle")
-        data_path, data = build_data(cfg, Path(tmp))
+        if cfg.data:
+            data_path = Path(cfg.data)
+            data = {"path": str(data_path), "examples": len(load_examples(cfg, data_path)), "window": cfg.window}
+        else:
+            say(f"labelling {cfg.examples} training queries with the {cfg.world_size} world's oracle")
+            data_path, data = build_data(cfg, Path(tmp))
         for rep in range(max(cfg.repeats, 1)):
             for side in (list(cfg.sides) if rep % 2 == 0 else list(reversed(cfg.sides))):
                 say(f"repeat {rep + 1}/{cfg.repeats}: {side}")

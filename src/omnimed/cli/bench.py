@@ -16,7 +16,8 @@
     omnimed-bench polyview [--queries 20 --warmup 2 --candidates 15 --world-size small --threads 2
                             --relevance-judge smollm2-135m --supplement-judge smollm2-135m --utility-encoder minilm-l6
                             --domain inquiry --goal-ms 200 --out outputs/bench/polyview.json]
-    omnimed-bench distill [--steps 20 --warmup 3 --batch-size 4 --window 8 --threads 2 --repeats 1 --world-size small
+    omnimed-bench distill [--model minilm-l6 --accelerator cpu --precision 32-true --gradient-checkpointing
+                           --steps 20 --warmup 3 --batch-size 4 --window 8 --threads 2 --repeats 1 --world-size small
                            --dropout/--no-dropout --isolate/--no-isolate --sides ours st --out outputs/bench/distill.json]
 
 ``train`` runs our SFT step (Lightning + ``SFTModule``) and TRL's ``SFTTrainer`` on the same model, data and
@@ -179,9 +180,19 @@ def _parser() -> argparse.ArgumentParser:
 
     from omnimed.bench.distill import SIDES as DISTILL_SIDES
     from omnimed.bench.distill import DistillBenchConfig
+    from omnimed.bench.train_config import ACCELERATORS, PRECISIONS
 
     k = DistillBenchConfig()
     distill = sub.add_parser("distill", help="our distillation step against SentenceTransformerTrainer (samples/s)")
+    distill.add_argument("--model", default=k.model, help="a conf/model encoder (bge-m3-shape: BGE-M3's shape, random)")
+    distill.add_argument("--accelerator", choices=ACCELERATORS, default=k.accelerator)
+    distill.add_argument("--precision", choices=PRECISIONS, default=k.precision,
+                         help="bf16-mixed: autocast on both sides (GPU only)")
+    distill.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction,
+                         default=k.gradient_checkpointing, help="activation checkpointing in both encoders")
+    distill.add_argument("--max-length", type=int, default=k.max_length, help="tokens per query or passage")
+    distill.add_argument("--data", default=k.data,
+                         help="a utility record set built beforehand (stage polyrag_utility) instead of labelling one")
     distill.add_argument("--steps", type=int, default=k.steps, help="timed steps (after warmup)")
     distill.add_argument("--warmup", type=int, default=k.warmup, help="untimed warmup steps")
     distill.add_argument("--batch-size", type=int, default=k.batch_size, help="queries per step")
@@ -419,6 +430,7 @@ DISTILL_ROWS: list[tuple[str, str, int]] = [
     ("loss at init, eval mode, first batch", "init_loss_eval", 7),
     ("peak RSS (MB)", "peak_rss_mb", 5),
     ("RSS after model load (MB)", "rss_after_model_load_mb", 5),
+    ("peak GPU memory allocated (MB)", "peak_gpu_allocated_mb", 5),
     ("threads in loop", "threads", 4),
     ("setup (s)", "setup_s", 4),
     ("optimizer", "optimizer", 4),
@@ -429,13 +441,14 @@ def distill_table(result: dict[str, Any]) -> Table:
     """Ours and sentence-transformers' median runs side by side, then the ratios, loss checks and goal."""
     cfg, hw, data = result["config"], result["hardware"], result["data"]
     versions = hw["versions"]
+    device = f"{hw['gpu']} ({cfg['precision']}); " if cfg["accelerator"] == "cuda" and hw.get("gpu") else ""
     table = side_by_side(
         result, ("ours", "st"), DISTILL_ROWS,
         title=f"omnimed-bench distill: {cfg['model']}, batch {cfg['batch_size']} queries x window {cfg['window']}, "
               f"{cfg['threads']} threads, W={cfg['warmup']} N={cfg['steps']}, {cfg['repeats']} repeat(s), dropout "
               f"{'on' if cfg['dropout'] else 'off'}, {'a process per side' if cfg['isolate'] else 'one process'}; "
-              f"{data['examples']} oracle-labelled queries ({data['world_size']} world)",
-        caption=f"{hw['cpu_model']}, {hw['usable_cores']} usable cores, torch {versions['torch']}, lightning "
+              f"{data['examples']} queries ({data['path'] if 'path' in data else data['world_size'] + ' world oracle'})",
+        caption=f"{device}{hw['cpu_model']}, {hw['usable_cores']} usable cores, torch {versions['torch']}, lightning "
                 f"{versions['lightning']}, sentence-transformers {versions['sentence-transformers']}; load avg "
                 f"before {hw['load_average']} after {hw.get('load_average_after')}")
     comp = result.get("comparison")
@@ -447,6 +460,8 @@ def distill_table(result: dict[str, Any]) -> Table:
         if len(result.get("ratios_per_repeat", [])) > 1:
             table.add_row("ratio per repeat", ", ".join(map(str, result["ratios_per_repeat"])), "")
         table.add_row("ours / st peak RSS", fmt(comp["ratio_peak_rss"]), "")
+        if comp["ratio_peak_gpu_allocated"] is not None:
+            table.add_row("ours / st peak GPU memory", fmt(comp["ratio_peak_gpu_allocated"]), "")
         table.add_row("loss at init |diff|", fmt(comp["init_loss_abs_diff"], 3),
                       f"match: {fmt(comp['init_loss_match'])}")
         table.add_row("first-step loss |diff|", fmt(comp["first_step_loss_abs_diff"], 3),
@@ -464,7 +479,10 @@ def run_distill(args: argparse.Namespace, out_console: Console | None = None) ->
                              threads=args.threads, lr=args.lr, temperature=args.temperature,
                              teacher_temperature=args.teacher_temperature, dropout=args.dropout, seed=args.seed,
                              world_size=args.world_size, repeats=args.repeats, sides=list(args.sides),
-                             st_optim=args.st_optim, isolate=args.isolate, goal_ratio=args.goal_ratio)
+                             st_optim=args.st_optim, isolate=args.isolate, goal_ratio=args.goal_ratio,
+                             model=args.model, accelerator=args.accelerator, precision=args.precision,
+                             gradient_checkpointing=args.gradient_checkpointing, max_length=args.max_length,
+                             data=args.data)
     cons = out_console or console
     result = bench_distill(cfg, log=cons.print)
     _publish(result, distill_table(result), args.out, cons, f" ({result['wall_s']} s)")

@@ -5,7 +5,11 @@ benchmarks on machines with no model hub.
 here on a short built-in text. It shares SmolLM2's ChatML markers, bos/eos/pad choice and chat-template
 shape, so formatting, tokenisation, LoRA and training code exercised on it behaves the same on the real
 model. ``tiny-llama-untied`` is the same with a separate ``lm_head`` (like Llama-2-7B and Qwen2.5-7B), so the
-untied code paths are tested too. ``qwen2.5-1.5b-shape`` has Qwen2.5-1.5B's architecture and size (28 layers,
+untied code paths are tested too. ``tiny-xlm-roberta`` and ``bge-m3-shape`` are encoders (``kind="encoder"``), saved as
+sentence-transformers folders with BGE-M3's [CLS] pooling and normalisation: the first a 2-layer one for tests, the
+second XLM-RoBERTa-large's shape as BGE-M3 has it (24 layers, width 1024, 16 heads, 250,002 embedding rows, 8,194
+positions; 568M parameters), the utility embedder of PolyRAG's paper preset on a GPU without the hub.
+``qwen2.5-1.5b-shape`` has Qwen2.5-1.5B's architecture and size (28 layers,
 hidden 1536, 12 query / 2 key-value heads, 151,936 embedding rows, tied; 1.54B parameters) with random weights and
 the same small tokenizer (only its first rows are ever looked up): a GPU benchmark's model when the hub is out of
 reach, where what counts is the compute per token, not what the model says; ``llama3.2-1b-shape`` (Llama-3.2-1B,
@@ -15,6 +19,7 @@ ordinary HF folder in the cache and then loaded through the same code path as an
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,10 +80,10 @@ class TinySpec:
     """Shape of one random-weight model; ``recipe`` changes whenever the build output would change.
 
     ``vocab_size`` is the trained tokenizer's; ``embedding_rows`` (None: the tokenizer's length) pads the embedding
-    as real checkpoints do. ``family`` picks the transformers config class (``llama`` | ``qwen2``)."""
+    as real checkpoints do. ``family`` picks the transformers config class (``llama`` | ``qwen2`` | ``xlm-roberta``)."""
 
     name: str
-    kind: str  # causal_lm
+    kind: str  # causal_lm | encoder
     tie_word_embeddings: bool
     hidden_size: int = 64
     intermediate_size: int = 128
@@ -122,8 +127,19 @@ TINY_MODELS: dict[str, TinySpec] = {
         intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
         embedding_rows=49152, max_position_embeddings=8192, rope_theta=100000.0,
     ),
+    # encoders: sentence-transformers folders ([CLS] pooling + normalisation, as BGE-M3's own folder)
+    "tiny-xlm-roberta": TinySpec(name="tiny-xlm-roberta", kind="encoder", tie_word_embeddings=True,
+                                 family="xlm-roberta", num_key_value_heads=4, max_position_embeddings=514),
+    # BGE-M3's config.json values (XLM-RoBERTa-large with 8k positions)
+    "bge-m3-shape": TinySpec(
+        name="bge-m3-shape", kind="encoder", tie_word_embeddings=True, hidden_size=1024, intermediate_size=4096,
+        num_hidden_layers=24, num_attention_heads=16, num_key_value_heads=16, family="xlm-roberta",
+        embedding_rows=250002, max_position_embeddings=8194,
+    ),
 }
 _CONFIG_CLASSES = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Config", "Qwen2ForCausalLM")}
+# XLM-RoBERTa's special tokens and their ids (<s> 0, <pad> 1, </s> 2, <unk> 3), then <mask>
+_ENCODER_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 
 
 def _train_tokenizer(vocab_size: int, model_max_length: int = 512):
@@ -185,6 +201,41 @@ def _build_causal_lm(spec: TinySpec, folder: Path) -> None:
     model.to(getattr(torch, spec.save_dtype)).save_pretrained(folder)
 
 
+def _build_encoder(spec: TinySpec, folder: Path) -> None:
+    """A sentence-transformers folder: a random-but-seeded XLM-RoBERTa with a byte-level BPE trained on the built-in
+    corpus (RoBERTa's ``<s> ... </s>`` framing), [CLS] pooling and normalisation."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast, XLMRobertaConfig, XLMRobertaModel
+
+    bpe = Tokenizer(models.BPE(unk_token="<unk>"))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.train_from_iterator(_CORPUS.splitlines(keepends=True), trainer=trainers.BpeTrainer(
+        vocab_size=spec.vocab_size, min_frequency=1, special_tokens=_ENCODER_SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    bpe.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    positions = spec.max_position_embeddings - 2  # XLM-RoBERTa's positions start after the padding index
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<s>", eos_token="</s>", sep_token="</s>",
+                                        cls_token="<s>", pad_token="<pad>", unk_token="<unk>", mask_token="<mask>",
+                                        model_max_length=positions, clean_up_tokenization_spaces=False)
+    config = XLMRobertaConfig(
+        vocab_size=spec.embedding_rows or len(tokenizer), hidden_size=spec.hidden_size,
+        num_hidden_layers=spec.num_hidden_layers, num_attention_heads=spec.num_attention_heads,
+        intermediate_size=spec.intermediate_size, max_position_embeddings=spec.max_position_embeddings,
+        type_vocab_size=1, layer_norm_eps=1e-5, pad_token_id=1, bos_token_id=0, eos_token_id=2)
+    hf = folder / "hf-model"
+    with torch.random.fork_rng(devices=[]):  # seeded: the pooler the loader adds (unused: [CLS] pooling) too
+        torch.manual_seed(spec.seed)
+        XLMRobertaModel(config).to(getattr(torch, spec.save_dtype)).save_pretrained(hf)
+        tokenizer.save_pretrained(hf)
+        transformer = Transformer(str(hf), max_seq_length=positions)
+    pooling = Pooling(transformer.get_embedding_dimension(), pooling_mode="cls")
+    SentenceTransformer(modules=[transformer, pooling, Normalize()]).save(str(folder), safe_serialization=True)
+    shutil.rmtree(hf)
+
+
 def tiny_model_path(name: str) -> Path:
     """Build (once) and return the cached folder of the tiny model ``name``.
 
@@ -196,4 +247,5 @@ def tiny_model_path(name: str) -> Path:
         raise UnknownModelError(
             f"Unknown tiny model {name!r}; known tiny models: {sorted(TINY_MODELS)}"
         ) from None
-    return ensure_built(name, spec.recipe, lambda folder: _build_causal_lm(spec, folder))
+    build = _build_encoder if spec.kind == "encoder" else _build_causal_lm
+    return ensure_built(name, spec.recipe, lambda folder: build(spec, folder))

@@ -88,8 +88,10 @@ def freeze_unused(encoder: Any) -> list[str]:
     They would get no gradient and never change anyway (AdamW skips them), but DDP refuses a step in which a
     trainable parameter took no part in the loss. The probe leaves torch's random state as it was (its dropout
     draws are forked off), so training draws what it drew without it."""
-    with torch.random.fork_rng(devices=[]), torch.enable_grad():
-        encoder(encoder.preprocess(["probe"]))["sentence_embedding"].sum().backward()
+    device = encoder.device  # sentence-transformers loads onto a GPU when there is one
+    features = {k: v.to(device) if torch.is_tensor(v) else v for k, v in encoder.preprocess(["probe"]).items()}
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.enable_grad():
+        encoder(features)["sentence_embedding"].sum().backward()
     unused = []
     for name, p in encoder.named_parameters():
         if p.requires_grad and p.grad is None:
@@ -111,6 +113,8 @@ class DistillModule(L.LightningModule):
         if task_cfg.max_length:
             self.encoder.max_seq_length = min(self.encoder.max_seq_length or task_cfg.max_length, task_cfg.max_length)
         self.frozen_unused = freeze_unused(self.encoder)
+        if model_cfg.gradient_checkpointing:  # FlagEmbedding's BGE-M3 recipe: a 50-passage window's activations
+            self.encoder.gradient_checkpointing_enable({"use_reentrant": False})
 
     def embed(self, texts: Sequence[str]) -> torch.Tensor:
         features = self.encoder.preprocess(list(texts))  # tokenize() is deprecated in sentence-transformers 6

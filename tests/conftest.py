@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,6 +24,50 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The controller of an xdist run makes the folder of its workers' turn locks (:func:`_cpu_turn`)."""
+    if not hasattr(config, "workerinput") and "OMNIMED_TEST_TURNS" not in os.environ:
+        config.omnimed_turns = tempfile.mkdtemp(prefix="omnimed-pytest-turns-")
+        os.environ["OMNIMED_TEST_TURNS"] = config.omnimed_turns  # the workers start after this and inherit it
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    folder = getattr(config, "omnimed_turns", None)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop("OMNIMED_TEST_TURNS", None)
+
+
+@contextlib.contextmanager
+def _cpu_turn(config: pytest.Config, alone: bool):
+    """Between xdist workers: a ``multiprocess`` test (two or more ranks that meet in every step's collectives) runs
+    alone, the other tests side by side. A rank that another worker's test pushes off a core stalls its peers at
+    each collective: the 2-rank ZeRO-3 CLI test took 30 s alone and 95-120 s beside another worker's test.
+    A reader-writer lock on two files (``flock``); the turnstile keeps tests arriving later from overtaking a
+    waiting ``multiprocess`` test."""
+    folder = os.environ.get("OMNIMED_TEST_TURNS")
+    if not hasattr(config, "workerinput") or not folder or not Path(folder).is_dir():
+        yield
+        return
+    with open(Path(folder) / "turnstile", "a") as gate, open(Path(folder) / "cpu", "a") as cpu:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(cpu, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(cpu, fcntl.LOCK_UN)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """Setup, call and teardown of each test inside its turn (:func:`_cpu_turn`), module fixtures included."""
+    with _cpu_turn(item.config, item.get_closest_marker("multiprocess") is not None):
+        yield
 
 
 @pytest.fixture(scope="session")

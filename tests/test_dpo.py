@@ -396,6 +396,7 @@ def test_planner_presets_compose_with_the_papers_settings():
 
 
 # ----------------------------------------------------------------------------------------------- ZeRO-3
+@pytest.mark.multiprocess
 @pytest.mark.slow
 @pytest.mark.parametrize("precompute", [False, True], ids=["reference_every_step", "precomputed_reference"])
 def test_zero3_two_processes_lora_dpo_trains_and_exports(tmp_path, precompute):

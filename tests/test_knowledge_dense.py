@@ -114,6 +114,29 @@ def test_minilm_retrieves_the_matching_passage(minilm: TextEncoder) -> None:
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
 
 
+def test_the_fingerprint_reads_the_width_from_the_folder_without_loading_the_model(tmp_path: Path) -> None:
+    """A BM25-only run over a knowledge base with a dense index checks the index's fingerprint, which holds the
+    encoder's width: that width is read from the folder's config files (MiniLM: 384, the tiny XLM-RoBERTa: 64) and
+    equals the loaded model's; a folder whose output is not the transformer's width (a Dense projection) is loaded."""
+    import shutil
+
+    from omnimed.knowledge.encoders import _model_dim, declared_dim
+    from omnimed.models.config import named_model_config
+    from omnimed.models.resolve import resolve_model_path
+
+    for name, width in (("minilm-l6", 384), ("tiny-xlm-roberta", 64)):
+        encoder = TextEncoder(named_model_config(name))
+        assert encoder.fingerprint["dim"] == width and encoder._doc is None  # nothing loaded
+        assert _model_dim(encoder.doc_model) == width
+    folder = tmp_path / "projected"
+    shutil.copytree(resolve_model_path(named_model_config("tiny-xlm-roberta")), folder)
+    modules = json.loads((folder / "modules.json").read_text())
+    modules.insert(2, {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"})
+    (folder / "modules.json").write_text(json.dumps(modules))
+    assert declared_dim(ModelConfig(name="projected", kind="encoder", source="hub", name_or_path=str(folder))) is None
+    assert declared_dim(ModelConfig(name="remote", kind="encoder", source="hub", name_or_path="org/not-here")) is None
+
+
 def test_fingerprint_tracks_what_changes_vectors(minilm: TextEncoder) -> None:
     fingerprint = minilm.fingerprint
     assert fingerprint["dim"] == 384 and fingerprint["doc_model"]["name"] == "minilm-l6"

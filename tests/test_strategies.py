@@ -291,6 +291,7 @@ def ddp_results(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]
     return run_workers("ddp", tmp_path_factory.mktemp("ddp"))
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_ddp_gloo_two_processes(ddp_results: list[dict[str, Any]]) -> None:
     for r, res in enumerate(ddp_results):
@@ -299,6 +300,7 @@ def test_ddp_gloo_two_processes(ddp_results: list[dict[str, Any]]) -> None:
     assert ddp_results[0]["losses"] != ddp_results[1]["losses"]  # each rank saw its own shard of the data
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_fsdp2_matches_ddp(ddp_results: list[dict[str, Any]], tmp_path: Path) -> None:
     fsdp = run_workers("fsdp2", tmp_path)
@@ -315,6 +317,7 @@ def test_fsdp2_matches_ddp(ddp_results: list[dict[str, Any]], tmp_path: Path) ->
         torch.testing.assert_close(state[key.removeprefix("model.")], value, rtol=0, atol=0)
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_deepspeed_zero3_cpu(tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM

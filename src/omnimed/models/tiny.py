@@ -23,8 +23,6 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from omnimed.models.cache import ensure_built
 from omnimed.models.errors import UnknownModelError
 
@@ -173,6 +171,7 @@ def _train_tokenizer(vocab_size: int, model_max_length: int = 512):
 
 def _build_causal_lm(spec: TinySpec, folder: Path) -> None:
     """Write tokenizer, config, generation config and random-but-seeded weights into ``folder``."""
+    import torch
     import transformers
 
     tokenizer = _train_tokenizer(spec.vocab_size, spec.max_position_embeddings)
@@ -204,6 +203,7 @@ def _build_causal_lm(spec: TinySpec, folder: Path) -> None:
 def _build_encoder(spec: TinySpec, folder: Path) -> None:
     """A sentence-transformers folder: a random-but-seeded XLM-RoBERTa with a byte-level BPE trained on the built-in
     corpus (RoBERTa's ``<s> ... </s>`` framing), [CLS] pooling and normalisation."""
+    import torch
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers

@@ -313,8 +313,8 @@ def run_ours(cfg: DistillBenchConfig, data_path: str | Path) -> dict[str, Any]:
         module.train()
         rss_model_mb = rss.current_mb()
         with tempfile.TemporaryDirectory(prefix="omnimed-bench-distill-") as tmp:
-            trainer = L.Trainer(accelerator=cfg.accelerator, devices=1, precision=cfg.precision, gradient_clip_val=1.0,
-                                max_steps=cfg.total_steps, max_epochs=1, accumulate_grad_batches=1, logger=False,
+            trainer = L.Trainer(accelerator=cfg.accelerator, devices=1, precision=cfg.precision,
+                                gradient_clip_val=1.0, max_steps=cfg.total_steps, max_epochs=1, accumulate_grad_batches=1, logger=False,
                                 enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                                 num_sanity_val_steps=0, limit_val_batches=0, use_distributed_sampler=False,
                                 log_every_n_steps=1, callbacks=[StepTimer()], default_root_dir=tmp)
@@ -414,8 +414,8 @@ def run_st(cfg: DistillBenchConfig, data_path: str | Path) -> dict[str, Any]:
                 lr_scheduler_type="linear", warmup_steps=warmup_steps(cfg), max_grad_norm=1.0,
                 bf16=cfg.precision == "bf16-mixed", fp16=False, use_cpu=cfg.accelerator == "cpu",
                 gradient_checkpointing=cfg.gradient_checkpointing,
-                gradient_checkpointing_kwargs={"use_reentrant": False}, report_to=[], dataloader_num_workers=0, logging_steps=1, save_strategy="no",
-                eval_strategy="no", disable_tqdm=True, seed=cfg.seed, data_seed=cfg.seed)
+                gradient_checkpointing_kwargs={"use_reentrant": False}, report_to=[], dataloader_num_workers=0,
+                logging_steps=1, save_strategy="no", eval_strategy="no", disable_tqdm=True, seed=cfg.seed, data_seed=cfg.seed)
             trainer = BenchTrainer(model=model, args=args, train_dataset=dataset, loss=loss, callbacks=[StepTimer()])
             trainer.remove_callback(PrinterCallback)
             trainer.remove_callback(ProgressCallback)
@@ -423,7 +423,8 @@ def run_st(cfg: DistillBenchConfig, data_path: str | Path) -> dict[str, Any]:
             features, labels = trainer.collect_features(trainer.data_collator(first_rows))
             model.eval()
             model.to(args.device)
-            features = [{k: v.to(args.device) if torch.is_tensor(v) else v for k, v in f.items()} for f in features]
+            features = [{k: v.to(args.device) if torch.is_tensor(v) else v for k, v in f.items()}
+                        for f in features]
             with torch.no_grad(), torch.autocast(cfg.accelerator, dtype=torch.bfloat16, enabled=args.bf16):
                 init_loss = float(loss(features, labels.to(args.device)))
             model.train()

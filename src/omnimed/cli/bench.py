@@ -184,7 +184,8 @@ def _parser() -> argparse.ArgumentParser:
 
     k = DistillBenchConfig()
     distill = sub.add_parser("distill", help="our distillation step against SentenceTransformerTrainer (samples/s)")
-    distill.add_argument("--model", default=k.model, help="a conf/model encoder (bge-m3-shape: BGE-M3's shape, random)")
+    distill.add_argument("--model", default=k.model,
+                         help="a conf/model encoder (bge-m3-shape: BGE-M3's shape, random weights)")
     distill.add_argument("--accelerator", choices=ACCELERATORS, default=k.accelerator)
     distill.add_argument("--precision", choices=PRECISIONS, default=k.precision,
                          help="bf16-mixed: autocast on both sides (GPU only)")
@@ -447,7 +448,7 @@ def distill_table(result: dict[str, Any]) -> Table:
         title=f"omnimed-bench distill: {cfg['model']}, batch {cfg['batch_size']} queries x window {cfg['window']}, "
               f"{cfg['threads']} threads, W={cfg['warmup']} N={cfg['steps']}, {cfg['repeats']} repeat(s), dropout "
               f"{'on' if cfg['dropout'] else 'off'}, {'a process per side' if cfg['isolate'] else 'one process'}; "
-              f"{data['examples']} queries ({data['path'] if 'path' in data else data['world_size'] + ' world oracle'})",
+              f"{data['examples']} queries ({data.get('path') or data['world_size'] + ' world oracle'})",
         caption=f"{device}{hw['cpu_model']}, {hw['usable_cores']} usable cores, torch {versions['torch']}, lightning "
                 f"{versions['lightning']}, sentence-transformers {versions['sentence-transformers']}; load avg "
                 f"before {hw['load_average']} after {hw.get('load_average_after')}")

@@ -303,7 +303,8 @@ def declared_dim(cfg: ModelConfig) -> int | None:
         if kinds:
             pooling = json.loads((folder / modules[1]["path"] / "config.json").read_text())
             modes = [k for k, v in pooling.items() if k.startswith("pooling_mode") and v is True]
-            if len(modes) > 1 or (isinstance(pooling.get("pooling_mode"), list) and len(pooling["pooling_mode"]) > 1):
+            listed = pooling.get("pooling_mode")
+            if len(modes) > 1 or (isinstance(listed, list) and len(listed) > 1):
                 return None
         width = json.loads((folder / (modules[0]["path"] if modules else "") / "config.json").read_text()).get(
             "hidden_size")

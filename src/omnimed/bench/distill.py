@@ -369,6 +369,7 @@ def run_st(cfg: DistillBenchConfig, data_path: str | Path) -> dict[str, Any]:
     from transformers import PrinterCallback, ProgressCallback, TrainerCallback
 
     from omnimed.bench.train_measure import PeakRSS, peak_gpu_memory
+    from omnimed.training.distill import on_device
 
     torch.set_num_threads(cfg.threads)
     with PeakRSS() as rss:
@@ -423,8 +424,7 @@ def run_st(cfg: DistillBenchConfig, data_path: str | Path) -> dict[str, Any]:
             features, labels = trainer.collect_features(trainer.data_collator(first_rows))
             model.eval()
             model.to(args.device)
-            features = [{k: v.to(args.device) if torch.is_tensor(v) else v for k, v in f.items()}
-                        for f in features]
+            features = [on_device(f, args.device) for f in features]
             with torch.no_grad(), torch.autocast(cfg.accelerator, dtype=torch.bfloat16, enabled=args.bf16):
                 init_loss = float(loss(features, labels.to(args.device)))
             model.train()

@@ -140,22 +140,29 @@ _CONFIG_CLASSES = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen
 _ENCODER_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 
 
-def _train_tokenizer(vocab_size: int, model_max_length: int = 512):
-    """Train a byte-level BPE (GPT-2/SmolLM2 style) on the built-in corpus and wrap it for transformers."""
+def _trained_bpe(vocab_size: int, special_tokens: list[str], unk_token: str | None = None):
+    """A byte-level BPE (GPT-2/SmolLM2 style) trained on the built-in corpus, ``special_tokens`` first."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
 
-    bpe = Tokenizer(models.BPE())
+    bpe = Tokenizer(models.BPE(unk_token=unk_token))
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         min_frequency=1,
-        special_tokens=[ENDOFTEXT, BOS, EOS],
+        special_tokens=special_tokens,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     bpe.train_from_iterator(_CORPUS.splitlines(keepends=True), trainer=trainer)
+    return bpe
+
+
+def _train_tokenizer(vocab_size: int, model_max_length: int = 512):
+    """The causal models' tokenizer: :func:`_trained_bpe` with ChatML's markers, wrapped for transformers."""
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = _trained_bpe(vocab_size, [ENDOFTEXT, BOS, EOS])
     return PreTrainedTokenizerFast(
         tokenizer_object=bpe,
         bos_token=BOS,
@@ -206,15 +213,10 @@ def _build_encoder(spec: TinySpec, folder: Path) -> None:
     import torch
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import processors
     from transformers import PreTrainedTokenizerFast, XLMRobertaConfig, XLMRobertaModel
 
-    bpe = Tokenizer(models.BPE(unk_token="<unk>"))
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    bpe.train_from_iterator(_CORPUS.splitlines(keepends=True), trainer=trainers.BpeTrainer(
-        vocab_size=spec.vocab_size, min_frequency=1, special_tokens=_ENCODER_SPECIALS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    bpe = _trained_bpe(spec.vocab_size, _ENCODER_SPECIALS, unk_token="<unk>")
     bpe.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
     positions = spec.max_position_embeddings - 2  # XLM-RoBERTa's positions start after the padding index
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<s>", eos_token="</s>", sep_token="</s>",

@@ -82,6 +82,11 @@ class DistillDataModule(L.LightningDataModule):
         return DataLoader(self.val_items, batch_size=self.data_cfg.batch_size, collate_fn=self.collate)
 
 
+def on_device(features: Mapping[str, Any], device: torch.device | str) -> dict[str, Any]:
+    """An encoder's tokenized features with their tensors moved to ``device`` (other values kept as they are)."""
+    return {k: v.to(device) if torch.is_tensor(v) else v for k, v in features.items()}
+
+
 def freeze_unused(encoder: Any) -> list[str]:
     """Freeze the parameters that the sentence embedding does not depend on (BERT's pooler, which mean or CLS
     pooling of the token states never reads), found by one backward pass of a probe text; returns their names.
@@ -89,7 +94,7 @@ def freeze_unused(encoder: Any) -> list[str]:
     trainable parameter took no part in the loss. The probe leaves torch's random state as it was (its dropout
     draws are forked off), so training draws what it drew without it."""
     device = encoder.device  # sentence-transformers loads onto a GPU when there is one
-    features = {k: v.to(device) if torch.is_tensor(v) else v for k, v in encoder.preprocess(["probe"]).items()}
+    features = on_device(encoder.preprocess(["probe"]), device)
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.enable_grad():
         encoder(features)["sentence_embedding"].sum().backward()
     unused = []
@@ -118,7 +123,7 @@ class DistillModule(L.LightningModule):
 
     def embed(self, texts: Sequence[str]) -> torch.Tensor:
         features = self.encoder.preprocess(list(texts))  # tokenize() is deprecated in sentence-transformers 6
-        features = {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in features.items()}
+        features = on_device(features, self.device)
         return F.normalize(self.encoder(features)["sentence_embedding"], dim=-1)
 
     def logits(self, batch: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -56,7 +56,7 @@ def _track(obj, result) -> str | None:
     name, lcfg = obj.stage.name, obj.logger
     logger = build_logger(lcfg.name, save_dir=HydraConfig.get().runtime.output_dir, project=lcfg.project,
                           run_name=result.path.name, group=lcfg.group or name, job_type=lcfg.job_type or f"build-{name}",
-                          tags=[name, *lcfg.tags], entity=lcfg.entity)
+                          tags=[name, *lcfg.tags], entity=lcfg.entity, trainer=False)
     if logger is None:
         return None
     config = OmegaConf.to_container(OmegaConf.structured(obj), resolve=True)

@@ -65,7 +65,7 @@ def finish_run(cfg: Any, output_dir: Path, *, rows: Sequence[Mapping[str, Any]],
     from omegaconf import OmegaConf
 
     from omnimed.evaluation.identity import group_and_tags
-    from omnimed.tracking import build_logger, close_logger, log_evaluation, log_lineage, use_models
+    from omnimed.tracking import build_logger, close_logger, is_wandb, log_evaluation, log_lineage, use_models
 
     write_predictions(output_dir / "predictions.jsonl", rows)
     atomic_write_json(output_dir / "metrics.json", dict(metrics))
@@ -75,15 +75,13 @@ def finish_run(cfg: Any, output_dir: Path, *, rows: Sequence[Mapping[str, Any]],
     group, tags = group_and_tags(cfg)
     logger = build_logger(cfg.logger.name, save_dir=output_dir, project=cfg.logger.project,
                           run_name=cfg.run_name or run_name, group=group, job_type=cfg.logger.job_type or job_type,
-                          tags=tags, entity=cfg.logger.entity)
+                          tags=tags, entity=cfg.logger.entity, trainer=False)
     if logger is None:
         return None
     config = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
     log_lineage(logger, config, {"group": group, **lineage})
     logger.log_metrics(dict(metrics))
-    from lightning.pytorch.loggers import WandbLogger
-
-    if isinstance(logger, WandbLogger):
+    if is_wandb(logger):
         for key, (columns, data) in (tables or {}).items():
             logger.log_table(key, columns=list(columns), data=[list(r) for r in data])
         models = use_models(logger, config)

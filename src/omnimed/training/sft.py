@@ -230,8 +230,11 @@ class SFTModule(L.LightningModule):
         one process; DDP (the chunks before the last run their backward pass inside DDP's forward, before its
         reducer expects gradients, so they accumulate locally and the last one's backward all-reduces the sum);
         FSDP2 (gradient sync switched off for the chunks before the last, so the last backward reduce-scatters the
-        sum once). Both measured equal to whole batches. DeepSpeed's engine counts every backward pass as a
-        micro-step of its own: there the run says it splits nothing and trains whole batches."""
+        sum once). Both measured equal to whole batches. Not under DeepSpeed: its engine starts a micro-step in
+        its own ``forward``, which under Lightning wraps the whole ``training_step``, and ZeRO-3 copies a gradient
+        partition instead of adding it until a new micro-step starts (tried with the engine's accumulation boundary
+        switched off for the chunks before the last: the losses left the whole batches' at the third step).
+        There the run says it splits nothing and trains whole batches."""
         self._micro_batch_tokens = self.task_cfg.micro_batch_tokens
         strategy = self.trainer.strategy
         if self._micro_batch_tokens is not None and not (_plain_strategy(strategy) or self._fsdp2()):

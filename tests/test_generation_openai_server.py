@@ -188,6 +188,19 @@ def test_inprocess_vllm_backend_matches_hf(vllm_python, hf, reflective_smollm2):
         assert s == pytest.approx(h, abs=1e-3)
 
 
+def test_bench_plan_times_a_planner_behind_the_vllm_server(server, key, monkeypatch):
+    """``omnimed-bench plan --backends openai``: the planner served by vLLM in its own environment is timed like
+    the in-process backends, every plan generated (no cache), the server and model recorded."""
+    from omnimed.bench.plan import bench_plan
+
+    monkeypatch.setenv("OPENAI_API_KEY", key)  # the bench's openai backend reads the default key variable
+    result = bench_plan(server.model, ("openai",), "tiny", questions=2, max_new_tokens=8, batch_size=2,
+                        base_url=server.url)
+    timing = result["backends"]["openai"]
+    assert result["served_model"] == server.model and result["base_url"] == server.url
+    assert timing["s_per_sample"] > 0 and 1 <= timing["mean_generated_tokens"] <= 8
+
+
 # ------------------------------------------------------------------------------------------------ Self-BioRAG
 def test_selfbiorag_through_the_vllm_server_decides_and_scores_like_hf(server, hf, tmp_path):
     """Self-BioRAG's inference reads reflective-token probabilities through vLLM's server (echoed log-probabilities:

@@ -5,7 +5,9 @@ The planner (a ``conf/model`` name or an ``omnimed-train`` export) writes a plan
 ``questions`` test MCQs with Prompt E.7, greedy, in the backend's batches, exactly as ``pipeline=omnirag`` asks it;
 the call cache is off, so every plan is generated. Reported per backend: seconds per sample, generated tokens per
 second, and the share of plans that parsed without a problem. A backend that is not installed here (vLLM lives in
-its own environment) is reported as skipped with the reason.
+its own environment) is reported as skipped with the reason. ``openai`` times the planner behind an OpenAI-compatible
+server at ``base_url`` (vLLM's, started in its own environment: how this project runs vLLM on a CPU), the server's
+``served_model`` asked with ``batch_size`` requests in flight.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ import importlib.util
 import time
 from typing import Any
 
-BACKENDS = ("hf", "vllm")
+BACKENDS = ("hf", "vllm", "openai")
 
 
 def bench_plan(planner: str = "smollm2-135m", backends: tuple[str, ...] = ("hf",), world_size: str = "table",
                questions: int = 16, max_new_tokens: int = 256, batch_size: int = 8, threads: int | None = None,
-               seed: int = 0) -> dict[str, Any]:
+               seed: int = 0, base_url: str = "http://127.0.0.1:8000/v1", served_model: str | None = None,
+               ) -> dict[str, Any]:
     """Time the planner on each of ``backends``; see the module doc."""
     import torch
 
@@ -44,7 +47,13 @@ def bench_plan(planner: str = "smollm2-135m", backends: tuple[str, ...] = ("hf",
         if name == "vllm" and importlib.util.find_spec("vllm") is None:
             result["skipped"][name] = "vllm is not installed in this environment (see ENVIRONMENT.md: vLLM-CPU)"
             continue
-        backend = build_backend(BackendConfig(name=name, model=planner, batch_size=batch_size, cache=False))
+        if name == "openai":
+            result["served_model"], result["base_url"] = served_model or planner, base_url
+            cfg = BackendConfig(name=name, model=served_model or planner, base_url=base_url, concurrency=batch_size,
+                                timeout=600.0, cache=False)
+        else:
+            cfg = BackendConfig(name=name, model=planner, batch_size=batch_size, cache=False)
+        backend = build_backend(cfg)
         method.write_plans(test[:1], backend, method_sources(), seed)  # warm-up: load the model, compile nothing later
         start = time.perf_counter()
         plans = method.write_plans(test, backend, method_sources(), seed)

@@ -11,8 +11,8 @@
                              --threads 1 --seed 0 --cache indexes/embeddings --out outputs/bench/retrieval.json]
     omnimed-bench scoring [--model smollm2-135m --world-size small --questions 12 --top-k 5 --shots 3
                            --out outputs/bench/scoring.json]
-    omnimed-bench plan [--planner smollm2-135m --backends hf vllm --world-size table --questions 16
-                        --max-new-tokens 256 --out outputs/bench/plan.json]
+    omnimed-bench plan [--planner smollm2-135m --backends hf vllm openai --world-size table --questions 16
+                        --max-new-tokens 256 --base-url http://127.0.0.1:8000/v1 --out outputs/bench/plan.json]
     omnimed-bench polyview [--queries 20 --warmup 2 --candidates 15 --world-size small --threads 2
                             --relevance-judge smollm2-135m --supplement-judge smollm2-135m --utility-encoder minilm-l6
                             --domain inquiry --goal-ms 200 --out outputs/bench/polyview.json]
@@ -148,7 +148,10 @@ def _parser() -> argparse.ArgumentParser:
 
     plan = sub.add_parser("plan", help="Omni-RAG planner inference: seconds per sample on each backend")
     plan.add_argument("--planner", default="smollm2-135m", help="a conf/model name or an omnimed-train export")
-    plan.add_argument("--backends", nargs="+", default=["hf", "vllm"], help="hf and / or vllm")
+    plan.add_argument("--backends", nargs="+", default=["hf", "vllm"],
+                      help="hf, vllm (in this environment) and / or openai (a vLLM server at --base-url)")
+    plan.add_argument("--base-url", default="http://127.0.0.1:8000/v1", help="the openai backend's server")
+    plan.add_argument("--served-model", default=None, help="the openai backend's model name (default: --planner)")
     plan.add_argument("--world-size", default="table")
     plan.add_argument("--questions", type=int, default=16, help="world test MCQs planned for")
     plan.add_argument("--max-new-tokens", type=int, default=256)
@@ -365,7 +368,7 @@ def run_plan(args: argparse.Namespace, out_console: Console | None = None) -> di
     from omnimed.bench.plan import bench_plan
 
     result = bench_plan(args.planner, tuple(args.backends), args.world_size, args.questions, args.max_new_tokens,
-                        args.batch_size, args.threads)
+                        args.batch_size, args.threads, base_url=args.base_url, served_model=args.served_model)
     hw = result["hardware"]
     table = Table(title=f"omnimed-bench plan: {result['planner']}, {result['questions']} questions, batch "
                         f"{result['batch_size']}, at most {result['max_new_tokens']} new tokens, {result['threads']} threads",

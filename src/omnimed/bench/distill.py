@@ -314,10 +314,11 @@ def run_ours(cfg: DistillBenchConfig, data_path: str | Path) -> dict[str, Any]:
         rss_model_mb = rss.current_mb()
         with tempfile.TemporaryDirectory(prefix="omnimed-bench-distill-") as tmp:
             trainer = L.Trainer(accelerator=cfg.accelerator, devices=1, precision=cfg.precision,
-                                gradient_clip_val=1.0, max_steps=cfg.total_steps, max_epochs=1, accumulate_grad_batches=1, logger=False,
-                                enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                                num_sanity_val_steps=0, limit_val_batches=0, use_distributed_sampler=False,
-                                log_every_n_steps=1, callbacks=[StepTimer()], default_root_dir=tmp)
+                                gradient_clip_val=1.0, max_steps=cfg.total_steps, max_epochs=1,
+                                accumulate_grad_batches=1, logger=False, enable_checkpointing=False,
+                                enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                                limit_val_batches=0, use_distributed_sampler=False, log_every_n_steps=1,
+                                callbacks=[StepTimer()], default_root_dir=tmp)
             setup_s = time.perf_counter() - t0
             trainer.fit(module, datamodule=dm)
     result = clock.summary(cfg.warmup, cfg.steps)
@@ -416,7 +417,8 @@ def run_st(cfg: DistillBenchConfig, data_path: str | Path) -> dict[str, Any]:
                 bf16=cfg.precision == "bf16-mixed", fp16=False, use_cpu=cfg.accelerator == "cpu",
                 gradient_checkpointing=cfg.gradient_checkpointing,
                 gradient_checkpointing_kwargs={"use_reentrant": False}, report_to=[], dataloader_num_workers=0,
-                logging_steps=1, save_strategy="no", eval_strategy="no", disable_tqdm=True, seed=cfg.seed, data_seed=cfg.seed)
+                logging_steps=1, save_strategy="no", eval_strategy="no", disable_tqdm=True, seed=cfg.seed,
+                data_seed=cfg.seed)
             trainer = BenchTrainer(model=model, args=args, train_dataset=dataset, loss=loss, callbacks=[StepTimer()])
             trainer.remove_callback(PrinterCallback)
             trainer.remove_callback(ProgressCallback)

@@ -49,7 +49,7 @@ def bench_plan(planner: str = "smollm2-135m", backends: tuple[str, ...] = ("hf",
             continue
         if name == "openai":
             result["served_model"], result["base_url"] = served_model or planner, base_url
-            cfg = BackendConfig(name=name, model=served_model or planner, base_url=base_url, concurrency=batch_size,
+            cfg = BackendConfig(name=name, model=result["served_model"], base_url=base_url, concurrency=batch_size,
                                 timeout=600.0, cache=False)
         else:
             cfg = BackendConfig(name=name, model=planner, batch_size=batch_size, cache=False)

@@ -191,6 +191,22 @@ def test_answer_open_parses_and_reports():
     assert backend.requests[0].meta == {"task": "answer_open", "question_id": "o0", "passage_ids": ["b:1"]}
 
 
+def test_logprob_mode_starts_an_open_reply_with_the_tag_and_stops_at_its_end():
+    """A small model that never opens <answer> by itself (SmolLM2-135M writes on to the token limit) gets its reply
+    started with the tag: the text it writes up to </answer> is its answer, a reply cut at the token limit still
+    counts, and a model that writes the tag itself is read as before."""
+    qs = [OpenQuestion(id=f"o{i}", question="Why?", reference_answer="Because.", dataset="d") for i in range(3)]
+    backend = Canned([" Because of X. ", "Because of Y and", "<answer>Z.</answer>"])
+    outs = Reader(backend, answer_mode="logprob").answer_open(qs)
+    assert [o.prediction for o in outs] == ["Because of X.", "Because of Y and", "Z."]
+    assert [o.problem for o in outs] == [None, None, None]
+    assert all(r.meta["assistant_prefix"] == "<answer>" for r in backend.requests)
+    assert backend.params[0].stop == ("</answer>",) and backend.params[0].max_new_tokens == 512
+    plain = Canned(["no tag"])
+    assert Reader(plain).answer_open(qs[:1])[0].problem == "no <answer> tag"  # generate mode: the model's own tag
+    assert "assistant_prefix" not in plain.requests[0].meta and plain.params[0].stop == ()
+
+
 def test_reader_rejects_a_backend_that_drops_requests():
     with pytest.raises(RuntimeError, match="1 results for 2 requests"):
         Reader(Canned(["<answer>A</answer>"])).answer_mcq([mcq("a"), mcq("b")])

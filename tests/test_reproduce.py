@@ -556,3 +556,28 @@ def test_a_column_with_overrides_of_its_own_runs_apart_with_them(tmp_path):
         data["column_overrides"] = {"Nope": ["task.k=1"]}
         path.write_text(yaml.safe_dump(data, sort_keys=False))
         load_manifest(path)
+
+
+def test_rows_that_compose_to_the_same_run_at_a_preset_run_once_and_the_table_says_so(tmp_path):
+    """At miniature one model stands in for the paper's several (PolyRAG table 2's fifteen rows are three runs
+    there): a row whose overrides compose to the same config as an earlier row's takes its cells instead of running
+    again, and the table names the rows that share a run. At `paper` the row's own choice wins, so both run."""
+    rows = [{"name": "BM25", "method": "retrieval", "overrides": ["task.methods=[bm25]"], "published": {"World": 90.0}},
+            {"name": "BM25, GTE encoder", "method": "retrieval",
+             "overrides": ["task.methods=[bm25]", "knowledge.dense.encoder=gte"], "published": {"World": 91.0}}]
+    path = manifest(tmp_path, rows)
+    data = yaml.safe_load(path.read_text())
+    data["presets"]["miniature"] = [*COMMON, "knowledge.dense.encoder=minilm-l6"]
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    res = reproduce_cli(str(path), f"paths.root={tmp_path}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "the same run as 'BM25'" in " ".join((res.stdout + res.stderr).split())
+    out = tmp_path / "experiments" / "demo" / "results"
+    assert sorted(p.name for p in (out / "runs" / "table1").iterdir()) == ["bm25"]  # one run, not two
+    got = {r["row"]: r for r in csv.DictReader((out / "table1.csv").open())}
+    assert got["BM25, GTE encoder"]["status"] == "measured" and got["BM25, GTE encoder"]["same_run_as"] == "BM25"
+    assert got["BM25, GTE encoder"]["ours"] == got["BM25"]["ours"] and got["BM25"]["same_run_as"] == ""
+    assert "BM25 = BM25, GTE encoder" in (out / "table1.md").read_text()
+    paper = reproduce_cli(str(path), "--preset", "paper", "--dry-run", cwd=tmp_path)
+    assert paper.returncode == 0, paper.stderr[-3000:]
+    assert "the same run as" not in paper.stdout + paper.stderr

@@ -15,7 +15,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from omnimed.data.records import MultipleChoiceQuestion, OpenQuestion, Passage
 from omnimed.generation.types import Generation, Messages, Request, SamplingParams
@@ -166,7 +166,8 @@ class Reader:
     ``max_passage_chars`` bound the evidence put in the prompt. ``answer_mode``: ``generate`` (reason, then
     ``<answer>X</answer>``, parsed) or ``logprob`` (the reply is started with ``<answer>`` and the option letter
     with the highest next-token log-probability is the answer, ties to the earlier letter: how small models such
-    as SmolLM2-135M are scored, since they rarely finish the answer format on their own).
+    as SmolLM2-135M are scored, since they rarely finish the answer format on their own; an open question's reply
+    is started with ``<answer>`` and generated).
 
     A multiple-choice question with several correct letters is right only when exactly those letters are given;
     in ``logprob`` mode, which picks one letter, such a question is counted wrong with a problem saying so.
@@ -207,10 +208,10 @@ class Reader:
                         {"task": "answer_open", "question_id": q.id, "passage_ids": [p.id for p in ev]})
                 for q, ev in zip(questions, self._shown(questions, evidence))]
 
-    def _generate(self, requests: list[Request]) -> list[Generation | None]:
+    def _generate(self, requests: list[Request], params: SamplingParams | None = None) -> list[Generation | None]:
         if not requests:
             return []
-        gens = self.backend.generate(requests, self.params)
+        gens = self.backend.generate(requests, params or self.params)
         if len(gens) != len(requests):
             raise RuntimeError(f"backend {getattr(self.backend, 'name', self.backend)!r} returned "
                                f"{len(gens)} results for {len(requests)} requests")
@@ -264,16 +265,25 @@ class Reader:
 
     def answer_open(self, questions: Sequence[OpenQuestion],
                     evidence: Sequence[Sequence[Passage]] | None = None) -> list[ReaderOutput]:
-        """One output per open question: the parsed answer text, ``correct`` False (not scored here)."""
+        """One output per open question: the parsed answer text, ``correct`` False (not scored here). In
+        ``logprob`` mode, which has no options to score here, the reply is started with ``<answer>`` and the model
+        writes the answer itself up to ``</answer>``: a small model that never opens the tag by itself (SmolLM2-135M
+        writes on to the token limit) still gives an answer to judge."""
         requests = self.open_requests(questions, evidence)
+        prefilled = self.answer_mode == "logprob"
+        if prefilled:
+            requests = [Request(r.prompt, {**r.meta, "assistant_prefix": "<answer>"}) for r in requests]
+        gens = (self._generate(requests) if not prefilled else
+                self._generate(requests, replace(self.params, stop=(*self.params.stop, "</answer>"))))
         out = []
-        for q, req, gen in zip(questions, requests, self._generate(requests)):
+        for q, req, gen in zip(questions, requests, gens):
             if gen is None:
                 answer, problem = None, "backend returned no generation"
             elif gen.error:
                 answer, problem = None, f"generation failed: {gen.error}"
             else:
-                answer, problem = parse_open_answer(gen.text)
+                started = prefilled and not _OPEN.search(gen.text)  # the tag is the prompt's, not in the text
+                answer, problem = parse_open_answer("<answer>" + gen.text if started else gen.text)
             out.append(ReaderOutput(q.id, answer, False, gen.text if gen is not None else "", _problem(gen, problem),
                                     prompt_hash(req.prompt), list(req.meta["passage_ids"]),
                                     gen.error if gen is not None else None))

@@ -30,6 +30,7 @@ class Cell:
     run_dir: str = ""
     # per question (and seed): right or wrong, for an accuracy column (what the detectable difference is paired on)
     outcomes: Optional[dict[str, bool]] = field(default=None, repr=False)
+    same_as: str = ""  # the row whose run this cell is (the two rows compose to the same config at this preset)
 
 
 #: column -> (the smallest difference it can detect, on the paper's scale; the questions it is paired on)
@@ -82,12 +83,23 @@ def table_rows(manifest: TableManifest, cells: dict[str, dict[str, Cell]],
             out.append({
                 "row": row.name, "method": row.method, "column": col, "ours": cell.ours, "paper": paper,
                 "delta": delta, "ci_low": cell.low, "ci_high": cell.high, "n": cell.n, "status": cell.status,
-                "run_dir": cell.run_dir,
+                "run_dir": cell.run_dir, "same_run_as": cell.same_as,
             })
     for col, (value, n) in (detectable or {}).items():
         out.append({"row": DETECTABLE_ROW, "method": "", "column": col, "ours": value, "paper": None, "delta": None,
-                    "ci_low": None, "ci_high": None, "n": n, "status": DETECTABLE_NOTE, "run_dir": ""})
+                    "ci_low": None, "ci_high": None, "n": n, "status": DETECTABLE_NOTE, "run_dir": "",
+                    "same_run_as": ""})
     return out
+
+
+def shared_runs(manifest: TableManifest, cells: dict[str, dict[str, Cell]]) -> list[list[str]]:
+    """Groups of rows whose cells come from one run (the first row of each group ran it), in table order."""
+    groups: dict[str, list[str]] = {}
+    for row in manifest.rows:
+        first = next((c.same_as for c in cells.get(row.name, {}).values() if c.same_as), "")
+        if first:
+            groups.setdefault(first, [first]).append(row.name)
+    return list(groups.values())
 
 
 def spread_lines(manifest: TableManifest, spread: dict) -> list[str]:
@@ -160,6 +172,10 @@ def markdown(manifest: TableManifest, cells: dict[str, dict[str, Cell]], preset:
                       "between consecutive rows."]
         if blind:
             lines.append(f"This run cannot detect even the paper's largest effect in: {', '.join(blind)}.")
+    if shared := shared_runs(manifest, cells):
+        lines += ["", f"Rows run once at `{preset}` (their overrides compose to the same `omnimed-evaluate` config "
+                      "there: the preset stands one model or encoder in for the paper's several): "
+                      + "; ".join(" = ".join(group) for group in shared) + "."]
     if spread:
         lines += spread_lines(manifest, spread)
     if manifest.note:

@@ -14,7 +14,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import Path
 
@@ -54,6 +54,10 @@ class RowPlan:
     # the row's own overrides composed last: at miniature scale the preset hides them, but a row naming an
     # option that does not exist is wrong at every scale and must fail validation
     row_last: list[str] = field(default_factory=list)
+    # what the row's runs compute (set by validate(): each run's composed config, less what only names it); a row
+    # with the same fingerprint as an earlier one is not run again: it takes that row's cells (``same_as``)
+    fingerprint: tuple = ()
+    same_as: str | None = None
 
 
 def slug(text: str) -> str:
@@ -191,26 +195,54 @@ def validate(plans: list[RowPlan], manifest: TableManifest, *, launcher: str = D
     runs_dir = runs_dir or Path("runs")
     register_evaluate_configs()
     GlobalHydra.instance().clear()
-    composed: set[tuple[str, ...]] = set()  # a list is composed once (a quarter of the shipped tables' repeat)
+    composed: dict[tuple[str, ...], str] = {}  # a list is composed once (a quarter of the shipped tables' repeat)
     with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
         for plan in plans:
             # a row whose every column waits for a loader runs nothing, but its overrides must still compose; the
             # dataset key is one string value (checked above), so one key per row shows whether the row composes
-            runs = [(folder, key, extra) for folder, datasets, extra in sweeps(plan, manifest)
-                    for key in list(datasets)[:1]] or [("", None, [])]
-            for folder, key, extra in runs:
+            runs = [(folder, datasets, key, extra) for folder, datasets, extra in sweeps(plan, manifest)
+                    for key in list(datasets)[:1]] or [("", {}, None, [])]
+            prints = []
+            for folder, datasets, key, extra in runs:
                 for ordered in (plan.overrides, plan.row_last):
                     overrides = (run_overrides(plan, manifest, runs_dir, launcher, key, ordered, folder, extra)
                                  if key else [*ordered, f"{LAUNCHER_GROUP}{launcher}"])
-                    if tuple(overrides) in composed:
-                        continue
-                    composed.add(tuple(overrides))
-                    try:
-                        compose("evaluate", overrides=overrides, return_hydra_config=True)
-                    except Exception as exc:  # Hydra raises several kinds; all mean the row is wrong
-                        raise ManifestError(
-                            f"{manifest.group}: row {plan.row.name!r} does not compose with {overrides}: {exc}"
-                        ) from exc
+                    if tuple(overrides) not in composed:
+                        try:
+                            cfg = compose("evaluate", overrides=overrides, return_hydra_config=True)
+                        except Exception as exc:  # Hydra raises several kinds; all mean the row is wrong
+                            raise ManifestError(
+                                f"{manifest.group}: row {plan.row.name!r} does not compose with {overrides}: {exc}"
+                            ) from exc
+                        composed[tuple(overrides)] = run_config_text(cfg)
+                if key:
+                    run = run_overrides(plan, manifest, runs_dir, launcher, key, None, folder, extra)
+                    prints.append((folder, tuple((k, tuple(v)) for k, v in datasets.items()), composed[tuple(run)]))
+            plan.fingerprint = tuple(prints)
+    mark_shared_runs(plans)
+
+
+def run_config_text(cfg) -> str:
+    """A composed ``omnimed-evaluate`` config as YAML, less what only names or places the run (Hydra's own settings,
+    ``run_name``): two runs with the same text compute the same thing."""
+    from omegaconf import OmegaConf, open_dict
+
+    cfg = cfg.copy()
+    with open_dict(cfg):
+        cfg.pop("hydra", None)
+        cfg.pop("run_name", None)
+    return OmegaConf.to_yaml(cfg)
+
+
+def mark_shared_runs(plans: list[RowPlan]) -> None:
+    """Point each row whose runs compose to the same configs as an earlier row's at that row (``same_as``): at
+    miniature scale one model or encoder stands in for the paper's several (PolyRAG's GTE, BGE-M3 and jina rows
+    are all MiniLM there), and running the same computation again would only cost time."""
+    first: dict[tuple, RowPlan] = {}
+    for plan in plans:
+        if plan.fingerprint:
+            earlier = first.setdefault(plan.fingerprint, plan)
+            plan.same_as = earlier.row.name if earlier is not plan else None
 
 
 def run_row(plan: RowPlan, manifest: TableManifest, runs_dir: Path, launcher: str, folder: str,
@@ -359,6 +391,12 @@ def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_d
         if row.status != "runnable":
             cells[row.name] = {c: Cell(status=row_cell_status(row)) for c in manifest.columns}
     for i, plan in enumerate(plans, start=1):
+        if plan.same_as is not None:
+            log(f"[{i}/{len(plans)}] {plan.row.name}: the same run as {plan.same_as!r} (its overrides compose to the "
+                "same config at this preset), not run again")
+            cells[plan.row.name] = {col: replace(cell, same_as=plan.same_as)
+                                    for col, cell in cells[plan.same_as].items()}
+            continue
         waiting = sorted({why for why in plan.pending.values()})
         shown = [*plan.datasets, *(f"{key} ({', '.join(cols)}: {' '.join(extra)})"
                                    for folder, datasets, extra in sweeps(plan, manifest) if folder

@@ -441,6 +441,17 @@ def test_the_smallest_detectable_difference_is_the_paired_half_width_of_the_most
     assert question_outcomes(ret, "bm25/hit@3") == {"q1@pool": True, "q2@pool": False}
     assert question_outcomes(ret, "dense/hit@3") == {"q1@pool": False}
     assert question_outcomes(ret, "bm25/ndcg@3") is None
+    # a long-form statement column (PolyRAG table 2): per answer, its share or count of statements with the label
+    open_run = tmp_path / "open"
+    open_run.mkdir()
+    (open_run / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [
+        {"question_id": "o1", "seed": 0, "labels": ["correct", "incorrect", "correct", "not_mentioned"]},
+        {"question_id": "o2", "seed": 0, "labels": []}]))
+    assert question_outcomes(open_run, "statement_correct_ratio") == {"o1#0": 0.5}  # no statements: no share
+    assert question_outcomes(open_run, "statement_correct_count") == {"o1#0": 2.0, "o2#0": 0.0}
+    # numbers pair the same way: the half-width from the mean squared difference (here 0.25 and 0.75 apart)
+    half, n = detectable_difference([{"o1#0": 0.5, "o3#0": 1.0}, {"o1#0": 0.25, "o3#0": 0.25}])
+    assert n == 2 and half == pytest.approx(1.959964 * (((0.25 ** 2 + 0.75 ** 2) / 2) / 2) ** 0.5, abs=1e-6)
 
 
 def test_training_seeds_train_each_seed_once_and_the_table_states_the_spread(tmp_path):

@@ -1,10 +1,12 @@
 """How small a difference a reproduced column can tell apart: the half-width of the 95% interval of the paired (by
-question) accuracy difference between two of its rows.
+question) difference between two of its rows.
 
 Two rows scored on the same questions differ only where they disagree: with ``n`` shared questions of which a share
 ``p`` are discordant (one row right, the other wrong), the paired difference has standard error ``sqrt(p / n)``
 when the rows are about equally good, so a difference smaller than ``1.96 * sqrt(p / n)`` is within noise. A
-column states this for the pair of its rows that disagree most, the bound that holds for every pair.
+column states this for the pair of its rows that disagree most, the bound that holds for every pair. A per-question
+score that is a number (PolyRAG table 2's share of correct statements in each answer) takes the same form with ``p``
+the mean squared per-question difference, which for right / wrong outcomes is the discordant share.
 """
 
 from __future__ import annotations
@@ -19,18 +21,26 @@ from pathlib import Path
 Z95 = 1.959963984540054
 
 
-def question_outcomes(run_dir: Path, metric: str) -> dict[str, bool] | None:
+def question_outcomes(run_dir: Path, metric: str) -> dict[str, bool | float] | None:
     """Per question (and seed), whether the run got it right, for an accuracy metric (``accuracy``, or
     ``<type>/accuracy`` of a critic run, read from the examples of that type) or a retrieval HIT@k
-    (``<method>/hit@k``: a gold passage among the method's first k; rows of other methods skipped); None for other
-    metrics or a run without ``predictions.jsonl``."""
+    (``<method>/hit@k``: a gold passage among the method's first k; rows of other methods skipped); for a long-form
+    statement metric (``statement_<label>_ratio`` / ``_count``) the answer's share or count of statements with that
+    label (answers without statements have no share); None for other metrics or a run without
+    ``predictions.jsonl``."""
     path = run_dir / "predictions.jsonl"
     hit = re.fullmatch(r"(?:(.+)/)?hit@(\d+)", metric)
+    statement = re.fullmatch(r"statement_(correct|incorrect|not_mentioned)_(ratio|count)", metric)
     if hit:
         method, k = hit.group(1), int(hit.group(2))
         outcomes = ((row["query_id"], row["first_gold_rank"] is not None and row["first_gold_rank"] <= k)
                     for row in _rows(path)
                     if "first_gold_rank" in row and (method is None or row.get("method") == method))
+    elif statement:
+        label, kind = statement.groups()
+        outcomes = ((f"{row.get('question_id')}#{row.get('seed', 0)}",
+                     float(sum(x == label for x in row["labels"])) / (len(row["labels"]) if kind == "ratio" else 1))
+                    for row in _rows(path) if "labels" in row and (row["labels"] or kind == "count"))
     elif metric == "accuracy" or metric.endswith("/accuracy"):
         kind = None if metric == "accuracy" else metric.removesuffix("/accuracy")
         outcomes = ((f"{row.get('question_id', row.get('id'))}#{row.get('seed', 0)}", bool(row.get("correct")))
@@ -49,18 +59,18 @@ def _rows(path: Path) -> Iterator[dict]:
             yield json.loads(line)
 
 
-def detectable_difference(rows: Sequence[Mapping[str, bool]]) -> tuple[float, int] | None:
-    """``(half-width, n)``: the 95% half-width of the paired accuracy difference (as a share, 0-1) for the pair of
-    ``rows`` (each: question -> correct) that disagree most on their shared questions, and how many questions they
-    share; None without two rows sharing a question."""
+def detectable_difference(rows: Sequence[Mapping[str, bool | float]]) -> tuple[float, int] | None:
+    """``(half-width, n)``: the 95% half-width of the paired difference (an accuracy as a share, 0-1, or the
+    per-question score's own unit) for the pair of ``rows`` (each: question -> correct, or a number) that disagree
+    most on their shared questions, and how many questions they share; None without two rows sharing a question."""
     best: tuple[float, int] | None = None
     for a, b in combinations(rows, 2):
         shared = a.keys() & b.keys()
         if not shared:
             continue
         n = len(shared)
-        discordant = sum(a[k] != b[k] for k in shared) / n
-        half = Z95 * math.sqrt(discordant / n)
+        squared = sum((float(a[k]) - float(b[k])) ** 2 for k in shared) / n  # right / wrong: the discordant share
+        half = Z95 * math.sqrt(squared / n)
         if best is None or half > best[0]:
             best = (half, n)
     return best

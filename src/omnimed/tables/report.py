@@ -29,7 +29,7 @@ class Cell:
     status: str = "missing"  # measured | missing | external | failed | not run
     run_dir: str = ""
     # per question (and seed): right or wrong, for an accuracy column (what the detectable difference is paired on)
-    outcomes: Optional[dict[str, bool]] = field(default=None, repr=False)
+    outcomes: Optional[dict[str, bool | float]] = field(default=None, repr=False)
     same_as: str = ""  # the row whose run this cell is (the two rows compose to the same config at this preset)
 
 

@@ -271,12 +271,12 @@ class Reader:
         writes on to the token limit) still gives an answer to judge."""
         requests = self.open_requests(questions, evidence)
         prefilled = self.answer_mode == "logprob"
+        params = None
         if prefilled:
             requests = [Request(r.prompt, {**r.meta, "assistant_prefix": "<answer>"}) for r in requests]
-        gens = (self._generate(requests) if not prefilled else
-                self._generate(requests, replace(self.params, stop=(*self.params.stop, "</answer>"))))
+            params = replace(self.params, stop=(*self.params.stop, "</answer>"))
         out = []
-        for q, req, gen in zip(questions, requests, gens):
+        for q, req, gen in zip(questions, requests, self._generate(requests, params)):
             if gen is None:
                 answer, problem = None, "backend returned no generation"
             elif gen.error:

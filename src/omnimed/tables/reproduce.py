@@ -204,6 +204,7 @@ def validate(plans: list[RowPlan], manifest: TableManifest, *, launcher: str = D
                     for key in list(datasets)[:1]] or [("", {}, None, [])]
             prints = []
             for folder, datasets, key, extra in runs:
+                texts = []  # the run's own order first: what it computes
                 for ordered in (plan.overrides, plan.row_last):
                     overrides = (run_overrides(plan, manifest, runs_dir, launcher, key, ordered, folder, extra)
                                  if key else [*ordered, f"{LAUNCHER_GROUP}{launcher}"])
@@ -215,9 +216,9 @@ def validate(plans: list[RowPlan], manifest: TableManifest, *, launcher: str = D
                                 f"{manifest.group}: row {plan.row.name!r} does not compose with {overrides}: {exc}"
                             ) from exc
                         composed[tuple(overrides)] = run_config_text(cfg)
+                    texts.append(composed[tuple(overrides)])
                 if key:
-                    run = run_overrides(plan, manifest, runs_dir, launcher, key, None, folder, extra)
-                    prints.append((folder, tuple((k, tuple(v)) for k, v in datasets.items()), composed[tuple(run)]))
+                    prints.append((folder, tuple((k, tuple(v)) for k, v in datasets.items()), texts[0]))
             plan.fingerprint = tuple(prints)
     mark_shared_runs(plans)
 

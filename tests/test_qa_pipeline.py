@@ -260,6 +260,27 @@ def test_open_answers_are_judged_statement_by_statement_and_averaged_per_answer(
     assert m["statement_correct_count"] == pytest.approx(n0 / 3)  # counts: mean over every answer
 
 
+def test_statement_shares_carry_a_bootstrap_interval_over_questions():
+    from omnimed.evaluation.longform import score_answers, statement_intervals
+
+    world = build_world(seed=0, size="tiny")
+    judge = OracleBackend(world)
+    qs = world.open_questions[:6]
+    right = [q.reference_answer for q in qs]
+    wrong = ["The weather was mild that year."] * len(qs)
+    mixed = [r if i % 2 else w for i, (r, w) in enumerate(zip(right, wrong))]
+    per_answer, m = score_answers(qs, mixed, judge)
+    ci = statement_intervals([per_answer], seed=0)
+    for key in ("statement_correct_ratio", "statement_not_mentioned_ratio", "statement_correct_count"):
+        assert ci[key + "_ci_low"] < m[key] < ci[key + "_ci_high"], key  # half right: the interval has width
+    assert ci["statement_incorrect_ratio_ci_low"] == ci["statement_incorrect_ratio_ci_high"] == 0.0  # no spread
+    # two seeds, the question as the unit: each question's share is averaged over the seeds first, so two seeds
+    # that answer every question right once and wrong once have no spread across questions
+    flipped, _ = score_answers(qs, [w if i % 2 else r for i, (r, w) in enumerate(zip(right, wrong))], judge)
+    both = statement_intervals([per_answer, flipped], seed=0)
+    assert both["statement_correct_ratio_ci_low"] == both["statement_correct_ratio_ci_high"] == 0.5
+
+
 def test_evaluate_qa_on_open_questions_writes_statement_metrics(tmp_path):
     out = tmp_path / "run"
     res = subprocess.run([str(Path(sys.executable).parent / "omnimed-evaluate"), "task=qa", "task.dataset=world_open",
@@ -269,6 +290,7 @@ def test_evaluate_qa_on_open_questions_writes_statement_metrics(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     m = json.loads((out / "metrics.json").read_text())
     assert m["statement_correct_ratio"] == 1.0 and "accuracy" not in m and m["n"] == 6
+    assert m["statement_correct_ratio_ci_low"] == m["statement_correct_ratio_ci_high"] == 1.0
     rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
     assert all(r["labels"] and set(r["labels"]) == {"correct"} for r in rows)
 

@@ -4,7 +4,9 @@ and counts of each label are averaged over answers, as the paper averages them p
 
 Metrics: ``statement_{correct,incorrect,not_mentioned,unparsed}_ratio`` (mean over answers that have at least one
 statement), ``statement_{correct,incorrect,not_mentioned}_count`` (mean per answer, every answer counted),
-``answers_without_statements`` (answers with nothing to judge: empty, or no usable answer).
+``answers_without_statements`` (answers with nothing to judge: empty, or no usable answer); with
+:func:`statement_intervals`, each share's and count's bootstrap 95% interval over questions (``<metric>_ci_low`` /
+``_ci_high``), which the paper does not report and a table needs to tell two retrievers apart.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from omnimed.evaluation.metrics import (
     STATEMENT_LABELS,
     UNPARSED,
     judge_statements,
+    mean_interval,
     split_statements,
     statement_ratios,
 )
@@ -45,3 +48,25 @@ def score_answers(questions: Sequence[OpenQuestion], answers: Sequence[str | Non
         counts = [sum(x == label for x in a["labels"]) for a in per_answer]
         metrics[f"statement_{label}_count"] = sum(counts) / len(counts) if counts else float("nan")
     return per_answer, metrics
+
+
+def statement_intervals(per_answer_by_seed: Sequence[Sequence[dict[str, Any]]], *, n_resamples: int = 1000,
+                        seed: int = 0) -> dict[str, float]:
+    """Bootstrap 95% intervals of the statement metrics with the question as the unit (:func:`score_answers`'s
+    ``per_answer`` lists, one per seed, over the same questions): a question's share is its mean over the seeds
+    whose answer had statements (questions without any are left out, as in the share itself), its count the mean
+    over every seed."""
+    out: dict[str, float] = {}
+    for label in (*STATEMENT_LABELS, UNPARSED):
+        shares = [[a["ratios"][label] for a in answers if a["statements"]] for answers in zip(*per_answer_by_seed)]
+        values = [sum(s) / len(s) for s in shares if s]
+        if values:
+            low, high = mean_interval(values, n_resamples=n_resamples, seed=seed)
+            out |= {f"statement_{label}_ratio_ci_low": low, f"statement_{label}_ratio_ci_high": high}
+    for label in STATEMENT_LABELS:
+        counts = [sum(sum(x == label for x in a["labels"]) for a in answers) / len(answers)
+                  for answers in zip(*per_answer_by_seed)]
+        if counts:
+            low, high = mean_interval(counts, n_resamples=n_resamples, seed=seed)
+            out |= {f"statement_{label}_count_ci_low": low, f"statement_{label}_count_ci_high": high}
+    return out

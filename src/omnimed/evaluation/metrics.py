@@ -2,6 +2,8 @@
 
 - :func:`accuracy`: fraction correct with its binomial standard error and a bootstrap 95% interval; missing
   answers count as wrong and are counted.
+- :func:`mean_interval`: the bootstrap 95% interval of a mean of per-question values (accuracy's, a long-form
+  answer's statement shares).
 - :func:`mean_std`: mean and sample standard deviation of one score over seeds.
 - :func:`per_class_accuracy`: accuracy per gold class with a confusion table (the critic's reflective tokens).
 - :func:`split_statements`, :func:`judge_statements`, :func:`statement_ratios`: PolyRAG's long-form evaluation,
@@ -24,8 +26,8 @@ import numpy as np
 from omnimed.evaluation.retrieval import ir_metrics
 
 __all__ = [
-    "STATEMENT_LABELS", "UNPARSED", "AccuracyResult", "accuracy", "ir_metrics", "judge_statements", "mean_std",
-    "parse_judge_label", "per_class_accuracy", "split_statements", "statement_ratios",
+    "STATEMENT_LABELS", "UNPARSED", "AccuracyResult", "accuracy", "ir_metrics", "judge_statements", "mean_interval",
+    "mean_std", "parse_judge_label", "per_class_accuracy", "split_statements", "statement_ratios",
 ]
 
 log = logging.getLogger(__name__)
@@ -66,14 +68,25 @@ def accuracy(correct: Sequence[bool | None], *, n_resamples: int = 1000, seed: i
         raise ValueError("accuracy of zero examples")
     p = float(x.mean())
     stderr = math.sqrt(p * (1 - p) / n)
-    if p in (0.0, 1.0) or n < 2:
-        return AccuracyResult(p, n, stderr, p, p, missing)
+    low, high = mean_interval(x, n_resamples=n_resamples, seed=seed, confidence=confidence)
+    return AccuracyResult(p, n, stderr, low, high, missing)
+
+
+def mean_interval(values: Sequence[float] | np.ndarray, *, n_resamples: int = 1000, seed: int = 0,
+                  confidence: float = 0.95) -> tuple[float, float]:
+    """Percentile-bootstrap interval of the mean of per-question ``values`` (scipy's ``bootstrap``, generator
+    seeded with ``seed``). Values without spread (all equal, or fewer than two) give the mean itself as both ends,
+    rather than scipy's degenerate-sample warning and NaNs."""
+    x = np.asarray(values, dtype=float)
+    if x.size == 0:
+        raise ValueError("interval of zero values")
+    if x.size < 2 or float(np.ptp(x)) == 0:
+        return float(x.mean()), float(x.mean())
     from scipy.stats import bootstrap
 
     ci = bootstrap((x,), np.mean, n_resamples=n_resamples, confidence_level=confidence, method="percentile",
-                   vectorized=True, batch=max(1, 2_000_000 // n), rng=np.random.default_rng(seed))
-    return AccuracyResult(p, n, stderr, float(ci.confidence_interval.low), float(ci.confidence_interval.high),
-                          missing)
+                   vectorized=True, batch=max(1, 2_000_000 // x.size), rng=np.random.default_rng(seed))
+    return float(ci.confidence_interval.low), float(ci.confidence_interval.high)
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float, int]:

@@ -102,13 +102,14 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
     backend = run_backend(backend_cfg, model=model, knowledge=cfg.knowledge, cache_root=cfg.paths.cache)
     judge = None
     if longform:
-        from omnimed.evaluation.longform import score_answers
+        from omnimed.evaluation.longform import score_answers, statement_intervals
 
         judge = run_backend(cfg.task.judge, model=cfg.model, knowledge=cfg.knowledge, cache_root=cfg.paths.cache)
 
     outcomes: dict[int, list[bool | None]] = {}  # seed -> per question: correct, wrong, or None (no answer)
     failures: dict[int, list[tuple[str, str]]] = {}  # seed -> (backend, error) per question whose call failed
     judged: dict[int, dict[str, float]] = {}  # seed -> long-form statement metrics
+    judged_answers: dict[int, list[dict[str, Any]]] = {}  # seed -> each answer's statements and labels
     own: dict[int, dict[str, float]] = {}  # seed -> the method's own metrics
     rows: list[dict[str, Any]] = []
     problems: dict[str, float] = {}
@@ -120,6 +121,7 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
         extras = [dict(a.extras) for a in answers]
         if longform:
             per_answer, judged[seed] = score_answers(questions, [a.prediction for a in answers], judge)
+            judged_answers[seed] = per_answer
             for extra, judgement in zip(extras, per_answer):
                 extra.update(statements=judgement["statements"], labels=judgement["labels"])
         failures[seed] = []
@@ -149,6 +151,8 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
         metrics = {k: v for k, v in metrics.items() if not k.startswith("accuracy")}
         for key in next(iter(judged.values())):
             metrics[key] = sum(m[key] for m in judged.values()) / len(judged)
+        metrics |= statement_intervals(list(judged_answers.values()), n_resamples=cfg.task.bootstrap_resamples,
+                                       seed=next(iter(judged_answers)))
     for key in next(iter(own.values())):  # the method's own metrics, averaged over seeds
         metrics[key] = sum(m[key] for m in own.values()) / len(own)
     if len(outcomes) > 1:  # per seed, like n and missing_answers
@@ -218,7 +222,7 @@ def seed_summary(outcomes: dict[int, Sequence[bool | None]], *, n_resamples: int
     """
     import numpy as np
 
-    from omnimed.evaluation.metrics import mean_std
+    from omnimed.evaluation.metrics import mean_interval, mean_std
 
     if not outcomes:
         raise ValueError("no seeds to summarise")
@@ -232,14 +236,7 @@ def seed_summary(outcomes: dict[int, Sequence[bool | None]], *, n_resamples: int
     n = per_question.size
     mean, std, _ = mean_std(per_seed.tolist())
     stderr = float(per_question.std()) / math.sqrt(n)  # ddof=0: with one seed, sqrt(p (1 - p) / n)
-    low = high = mean
-    if n >= 2 and float(np.ptp(per_question)) > 0:
-        from scipy.stats import bootstrap
-
-        ci = bootstrap((per_question,), np.mean, n_resamples=n_resamples, confidence_level=confidence,
-                       method="percentile", vectorized=True, batch=max(1, 2_000_000 // n),
-                       rng=np.random.default_rng(seeds[0]))
-        low, high = float(ci.confidence_interval.low), float(ci.confidence_interval.high)
+    low, high = mean_interval(per_question, n_resamples=n_resamples, seed=seeds[0], confidence=confidence)
     missing = {s: sum(c is None for c in outcomes[s]) for s in seeds}
     metrics = {
         "accuracy": mean, "accuracy_std": std, "seeds": float(len(seeds)),
@@ -270,7 +267,9 @@ def report(result: QAResult, cfg: Any, console: Any) -> float | None:
     else:  # open answers, judged statement by statement
         for label in ("correct", "incorrect", "not_mentioned", "unparsed"):
             count = m.get(f"statement_{label}_count")
-            table.add_row(f"statements {label}", f"{m[f'statement_{label}_ratio']:.3f} of an answer"
+            key = f"statement_{label}_ratio"
+            ci = f" [95% CI {m[key + '_ci_low']:.3f}, {m[key + '_ci_high']:.3f}]" if key + "_ci_low" in m else ""
+            table.add_row(f"statements {label}", f"{m[key]:.3f} of an answer{ci}"
                           + (f", {count:.2f} per answer" if count is not None else ""))
         table.add_row("questions", f"{m['n']:.0f} x {m['seeds']:.0f} seed(s); "
                                    f"{m['answers_without_statements']:.0f} answers without statements")

@@ -454,6 +454,35 @@ def test_the_smallest_detectable_difference_is_the_paired_half_width_of_the_most
     assert n == 2 and half == pytest.approx(1.959964 * (((0.25 ** 2 + 0.75 ** 2) / 2) / 2) ** 0.5, abs=1e-6)
 
 
+def test_each_row_is_paired_by_question_against_the_named_row_and_separated_pairs_are_marked(tmp_path):
+    from omnimed.tables.detectable import paired_difference
+    from omnimed.tables.report import Cell, markdown
+
+    d = paired_difference({"q1": 1.0, "q2": 0.5, "q3": 0.0}, {"q1": 0.5, "q2": 0.5, "q3": 0.5})
+    assert d == pytest.approx((0.0, 1.959964 * 0.5 / 3 ** 0.5, 3), abs=1e-6)  # differences 0.5, 0, -0.5
+    assert paired_difference({"q1": True}, {"q1": False}) is None  # one shared question: no interval
+    path = manifest(tmp_path, ROWS[:3])
+    data = yaml.safe_load(path.read_text())
+    data["paired_against"] = "Self-BioRAG"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    m = load_manifest(path)
+    many = [f"q{i}#0" for i in range(40)]
+    best = {k: True for k in many}
+    cells = {"Self-BioRAG": {"World": Cell(ours=100.0, status="measured", outcomes=best)},
+             "BM25": {"World": Cell(ours=25.0, status="measured", outcomes={k: i % 4 == 0 for i, k in enumerate(many)})},
+             "Dense": {"World": Cell(ours=97.5, status="measured", outcomes={k: i != 0 for i, k in enumerate(many)})}}
+    text = markdown(m, cells, "miniature")
+    assert "Paired by question: `Self-BioRAG` minus each row" in text
+    assert "| BM25 | +75.0 +- 13.6 * |" in text  # 30 of 40 better: told apart
+    assert "| Dense | +2.5 +- 4.9 |" in text  # one question: not told apart, no mark
+    cells["Dense"]["World"].same_as = "BM25"  # a row that is another row's run is listed once
+    assert "| Dense |" not in markdown(m, cells, "miniature").split("Paired by question")[1]
+    data["paired_against"] = "Nobody"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(Exception, match="paired_against='Nobody': no row of that name"):
+        load_manifest(path)
+
+
 def test_training_seeds_train_each_seed_once_and_the_table_states_the_spread(tmp_path):
     """`--training-seeds` fills {train_seed} / {seed_tag} in the prepare steps and overrides, so each seed builds
     its own artifact (the default seed's keeps its untagged path) and every row runs against it; the table states

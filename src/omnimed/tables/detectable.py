@@ -7,6 +7,9 @@ when the rows are about equally good, so a difference smaller than ``1.96 * sqrt
 column states this for the pair of its rows that disagree most, the bound that holds for every pair. A per-question
 score that is a number (PolyRAG table 2's share of correct statements in each answer) takes the same form with ``p``
 the mean squared per-question difference, which for right / wrong outcomes is the discordant share.
+
+:func:`paired_difference` is the interval of one pair's difference itself (a table's rows against its
+``paired_against`` row): the mean per-question difference +- 1.96 standard errors.
 """
 
 from __future__ import annotations
@@ -74,3 +77,16 @@ def detectable_difference(rows: Sequence[Mapping[str, bool | float]]) -> tuple[f
         if best is None or half > best[0]:
             best = (half, n)
     return best
+
+
+def paired_difference(a: Mapping[str, bool | float], b: Mapping[str, bool | float]) -> tuple[float, float, int] | None:
+    """``(mean, half-width, n)`` of ``a`` minus ``b`` over their shared questions: the mean per-question difference
+    and the 95% half-width 1.96 sd / sqrt(n) (sample sd); None when they share fewer than two questions."""
+    shared = sorted(a.keys() & b.keys())
+    n = len(shared)
+    if n < 2:
+        return None
+    d = [float(a[k]) - float(b[k]) for k in shared]
+    mean = sum(d) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1))
+    return mean, Z95 * sd / math.sqrt(n), n

@@ -135,6 +135,8 @@ class TableManifest(BaseModel):
     note: str = ""
     # a table of ours that the paper describes but does not print (an ablation): no row may carry a published number
     unpublished: bool = False
+    # the row the report compares every other row with, question by question (the paper's method, usually)
+    paired_against: Optional[str] = None
 
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo) -> TableManifest:
@@ -166,6 +168,9 @@ class TableManifest(BaseModel):
                                  f"{self.columns}")
         if self.unpublished and any(v is not None for r in self.rows for v in r.published.values()):
             raise ValueError("unpublished: true, but rows carry published numbers; an unpublished table has none")
+        if self.paired_against is not None and self.paired_against not in {r.name for r in self.rows}:
+            raise ValueError(f"paired_against={self.paired_against!r}: no row of that name; rows are "
+                             f"{[r.name for r in self.rows]}")
         odd_scales = set(self.scales) - set(self.columns)
         if odd_scales:
             raise ValueError(f"scales: unknown columns {sorted(odd_scales)}; columns are {self.columns}")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from omnimed.data.artifacts import atomic_path, atomic_write_text
+from omnimed.tables.detectable import paired_difference
 from omnimed.tables.manifest import TableManifest
 
 
@@ -122,6 +123,38 @@ def spread_lines(manifest: TableManifest, spread: dict) -> list[str]:
     return lines
 
 
+def paired_lines(manifest: TableManifest, cells: dict[str, dict[str, Cell]]) -> list[str]:
+    """Every other row's paired (by question) difference from the ``paired_against`` row, per column, on the
+    paper's scale: what tells a reader which of the method's gains this run separates. A row whose run is another
+    row's is listed once, under the row that ran it."""
+    ref_name = manifest.paired_against
+    ref = cells.get(ref_name or "", {})
+    if not ref_name or not any(c.outcomes for c in ref.values()):
+        return []
+    own = next((c.same_as for c in ref.values() if c.same_as), ref_name)
+    body = []
+    for row in manifest.rows:
+        mine = cells.get(row.name, {})
+        if row.name == ref_name or any(c.same_as for c in mine.values()) or own == row.name:
+            continue
+        parts = []
+        for col in manifest.columns:
+            a, b = ref.get(col), mine.get(col)
+            found = paired_difference(a.outcomes, b.outcomes) if a and b and a.outcomes and b.outcomes else None
+            if found is None:
+                parts.append("n/a")
+                continue
+            mean, half, _ = (x * manifest.scale_for(col) for x in found)
+            parts.append(f"{mean:+.1f} +- {half:.1f}" + (" *" if abs(mean) > half else ""))
+        if any(p != "n/a" for p in parts):
+            body.append(f"| {row.name} | " + " | ".join(parts) + " |")
+    if not body:
+        return []
+    return ["", f"Paired by question: `{ref_name}` minus each row (mean difference +- its 95% half-width, 1.96 sd / "
+                "sqrt(n), on the paper's scale; * where the interval excludes 0, i.e. the two rows are told apart).",
+            "", "| row | " + " | ".join(manifest.columns) + " |", "|---|" + "---|" * len(manifest.columns), *body]
+
+
 def metric_line(manifest: TableManifest) -> str:
     """The table's metric and scale, and each column whose metric or scale differs from it (PolyRAG table 1's
     NDCG columns beside its HIT@3 ones)."""
@@ -133,8 +166,8 @@ def metric_line(manifest: TableManifest) -> str:
 def markdown(manifest: TableManifest, cells: dict[str, dict[str, Cell]], preset: str,
              detectable: Detectable | None = None, spread: dict | None = None) -> str:
     """Ours / paper / delta per column, intervals in brackets; rows we could not run say why; under the rows, the
-    smallest difference each accuracy column can detect and the paper's effects; then the cells' spread over
-    training seeds, where one was measured."""
+    smallest difference each accuracy column can detect and the paper's effects; each row's paired difference from
+    the ``paired_against`` row; then the cells' spread over training seeds, where one was measured."""
     lines = [
         f"# {manifest.paper} {manifest.table}: {manifest.title}",
         "",
@@ -172,6 +205,7 @@ def markdown(manifest: TableManifest, cells: dict[str, dict[str, Cell]], preset:
                       "between consecutive rows."]
         if blind:
             lines.append(f"This run cannot detect even the paper's largest effect in: {', '.join(blind)}.")
+    lines += paired_lines(manifest, cells)
     if shared := shared_runs(manifest, cells):
         lines += ["", f"Rows run once at `{preset}` (their overrides compose to the same `omnimed-evaluate` config "
                       "there: the preset stands one model or encoder in for the paper's several): "

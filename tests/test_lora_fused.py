@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import torch
 
+from omnimed.models import dropout_kernel
 from omnimed.models.config import LoraSettings, ModelConfig
 from omnimed.models.loading import load_causal_lm, load_tokenizer
-from omnimed.models.lora_fused import FusedLoraLinear, _LoraLinearFn, keep_mask
+from omnimed.models.lora_fused import FusedLoraLinear, _LoraLinearFn, _Mask
 
 TINY = ModelConfig(name="tiny-llama", source="tiny", name_or_path="tiny-llama")
 
@@ -49,7 +50,17 @@ def test_without_dropout_the_fused_layers_give_pefts_loss_and_gradients():
         assert torch.allclose(grads_fused[name], grads_peft[name], rtol=1e-4, atol=1e-6), name
 
 
-def test_the_fused_gradient_is_the_derivative_of_its_forward_with_dropout():
+@pytest.fixture(params=["kernel", "numpy"])
+def mask_path(request, monkeypatch) -> str:
+    """Each dropout test runs on the CPU kernel's path (omnimed.models.dropout_kernel) and on the numpy one."""
+    if request.param == "numpy":
+        monkeypatch.setattr(dropout_kernel, "usable", lambda x: False)
+    elif dropout_kernel.load() is None:
+        pytest.skip("the LoRA dropout kernel cannot be built here (it warned why)")
+    return request.param
+
+
+def test_the_fused_gradient_is_the_derivative_of_its_forward_with_dropout(mask_path):
     g = torch.Generator().manual_seed(0)
     x = torch.randn(2, 5, 12, dtype=torch.double, generator=g, requires_grad=True)
     weight, bias = torch.randn(9, 12, dtype=torch.double, generator=g), torch.randn(9, dtype=torch.double, generator=g)
@@ -59,25 +70,45 @@ def test_the_fused_gradient_is_the_derivative_of_its_forward_with_dropout():
                                     (x, a, b))
 
 
-def test_the_dropout_mask_is_drawn_from_its_seed_at_the_configured_rate():
-    keep = keep_mask(200_000, 0.1, seed=7)
+def test_the_dropout_mask_is_drawn_from_its_seed_at_the_configured_rate_independently(mask_path):
+    x = torch.ones(200_000)
+    keep = _Mask(x, 0.1, seed=7).keep()
+    assert _Mask(x, 0.1, seed=7).kernel == (mask_path == "kernel")
     assert keep.dtype == np.bool_ and keep.shape == (200_000,)
-    assert np.array_equal(keep, keep_mask(200_000, 0.1, seed=7))
-    assert not np.array_equal(keep, keep_mask(200_000, 0.1, seed=8))
+    assert np.array_equal(keep, _Mask(x, 0.1, seed=7).keep())
+    other = _Mask(x, 0.1, seed=8).keep()
     assert abs(1.0 - keep.mean() - 0.1) < 0.003  # 200,000 draws: 4 standard deviations
+    # independent between elements and between seeds: both drop an element with probability 0.01
+    assert abs(np.mean(~keep[1:] & ~keep[:-1]) - 0.01) < 0.0025
+    assert abs(np.mean(~keep & ~other) - 0.01) < 0.0025
 
 
-def test_the_forward_drops_the_elements_its_mask_drops():
+def test_the_kernels_mask_does_not_depend_on_the_thread_count():
+    if dropout_kernel.load() is None:
+        pytest.skip("the LoRA dropout kernel cannot be built here (it warned why)")
+    x = torch.randn(300_000)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = dropout_kernel.keep_where(x, 0.2, 11)
+        torch.set_num_threads(2)
+        two = dropout_kernel.keep_where(x, 0.2, 11)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one, two)
+
+
+def test_the_forward_drops_the_elements_its_mask_drops(mask_path):
     """With A = I and B = I the adapter path returns the dropped input: zeros exactly where the mask drops."""
     x = torch.randn(6, 50) + 5.0  # no element is zero by chance
     eye = torch.eye(50)
     y = _LoraLinearFn.apply(x, torch.zeros(50, 50), None, eye, eye, 1.0, 0.25, 99)
-    keep = torch.from_numpy(keep_mask(x.numel(), 0.25, 99)).view(x.shape)
+    keep = torch.from_numpy(_Mask(x, 0.25, 99).keep()).view(x.shape)
     assert torch.equal(y == 0, ~keep)
     assert torch.allclose(y[keep], x[keep] / 0.75)
 
 
-def test_with_dropout_and_checkpointing_the_recomputed_masks_are_the_forwards():
+def test_with_dropout_and_checkpointing_the_recomputed_masks_are_the_forwards(mask_path):
     """Under activation checkpointing the layer runs forward twice; the second run must draw the same masks."""
     loss_plain, grads_plain = step(lora_model(0.2, fused=True).train())
     loss_ckpt, grads_ckpt = step(lora_model(0.2, fused=True, checkpointing=True).train())

@@ -10,14 +10,16 @@ LoRA on the seven projections (issue 18's profile) that costs, per adapted layer
   4 x 150 x 576 input, 14% of the step), ``masked_fill`` applies it at a few GB/s, and the scaled adapter output and
   the sum are two more full-width passes.
 
-:class:`FusedLoraLinear` keeps the input itself (shared with the other projections that read it), the adapter's
-``r``-wide activation and the mask packed to one bit per element (1/32 of a float copy). The adapter's output is
-added into the base output in place (``addmm_``). The mask is Bernoulli(1 - p) per element as PEFT's, from numpy's
-SFC64 seeded by a draw from torch's generator (so ``seed_everything`` makes it reproducible, and activation
-checkpointing's second forward draws the same mask), 16 bits per element: the drop rate is ``p`` rounded to a
-multiple of 1/65,536 (0.05 -> 0.0500031). It is applied by multiplying with the mask (numpy, bool times float, on
-CPU), a vectorised pass several times faster than ``masked_fill``. The draws differ from PEFT's, the distribution
-does not; with ``p = 0`` the layer computes exactly what PEFT's does.
+:class:`FusedLoraLinear` keeps the input itself (shared with the other projections that read it) and the adapter's
+``r``-wide activation. The adapter's output is added into the base output in place (``addmm_``). The mask is
+Bernoulli(1 - p) per element as PEFT's, 16 bits per element (the drop rate is ``p`` rounded to a multiple of
+1/65,536: 0.05 -> 0.0500031), from a seed drawn from torch's generator (so ``seed_everything`` makes it
+reproducible, and activation checkpointing's second forward draws the same mask). On CPU a small C++ kernel
+(:mod:`omnimed.models.dropout_kernel`) computes the mask from the seed and each element's index in the same pass
+that applies it, so backward computes it again and nothing is kept; elsewhere (or where the kernel cannot be
+built) the bits come from numpy's SFC64, the mask is applied by multiplying with it and kept packed to one bit per
+element (1/32 of a float copy). The draws differ from PEFT's, the distribution does not; with ``p = 0`` the layer
+computes exactly what PEFT's does.
 
 The fused path runs where it is exact and safe; everywhere else the layer is PEFT's own (:meth:`FusedLoraLinear.
 forward`): one active vanilla adapter, not merged, an ``nn.Linear`` base whose weight does not train, no autocast
@@ -59,6 +61,44 @@ def _kept(t: torch.Tensor, keep: np.ndarray, *, in_place: bool = False) -> torch
     return t.mul_(factor) if in_place else t * factor
 
 
+class _Mask:
+    """The dropout mask of one call: computed again from its seed by the CPU kernel
+    (:mod:`omnimed.models.dropout_kernel`) where that runs, else drawn by :func:`keep_mask` and kept packed to one
+    bit an element until backward."""
+
+    def __init__(self, x2: torch.Tensor, p: float, seed: int) -> None:
+        from omnimed.models import dropout_kernel
+
+        self.p, self.seed, self.numel = p, seed, x2.numel()
+        self.kernel = dropout_kernel.usable(x2)
+        self._keep = None if self.kernel else keep_mask(self.numel, p, seed)
+        self._packed: np.ndarray | None = None
+
+    def apply(self, t: torch.Tensor, *, in_place: bool = False) -> torch.Tensor:
+        """``t`` (shaped like the layer's input) with the dropped elements set to zero."""
+        if self.kernel and t.is_contiguous():
+            from omnimed.models.dropout_kernel import keep_where
+
+            return keep_where(t, self.p, self.seed, out=t if in_place else None)
+        return _kept(t, self.keep(), in_place=in_place)
+
+    def keep(self) -> np.ndarray:
+        """The keep mask as a bool array (unpacked again after :meth:`pack`)."""
+        if self._keep is None:
+            if self._packed is not None:
+                self._keep = np.unpackbits(self._packed, count=self.numel).view(bool)
+            else:
+                ones = torch.ones(self.numel)
+                self._keep = self.apply(ones, in_place=True).numpy() != 0
+        return self._keep
+
+    def pack(self) -> _Mask:
+        """Keep only what backward needs: nothing on the kernel's path, the mask at one bit an element otherwise."""
+        if not self.kernel and self._keep is not None:
+            self._packed, self._keep = np.packbits(self._keep), None
+        return self
+
+
 class _LoraLinearFn(torch.autograd.Function):
     """``y = x W^T + b + s * (x * m) A^T B^T`` with ``s = scale / (1 - p)`` and ``m`` 0 where the mask of ``seed``
     drops an element, else 1;
@@ -69,13 +109,13 @@ class _LoraLinearFn(torch.autograd.Function):
                 lora_b: torch.Tensor, scale: float, p: float, seed: int) -> torch.Tensor:
         y = F.linear(x, weight, bias)
         x2 = x.reshape(-1, x.shape[-1])
-        keep = keep_mask(x2.numel(), p, seed) if p > 0 else None
-        h = (x2 if keep is None else _kept(x2, keep)) @ lora_a.t()
+        mask = _Mask(x2, p, seed) if p > 0 else None
+        h = (x2 if mask is None else mask.apply(x2)) @ lora_a.t()
         s = scale / (1.0 - p)
         y.view(-1, y.shape[-1]).addmm_(h, lora_b.t(), alpha=s)
         ctx.save_for_backward(x, weight, lora_a, lora_b, h)
         ctx.s = s
-        ctx.packed_keep = None if keep is None else np.packbits(keep)
+        ctx.mask = None if mask is None else mask.pack()
         return y
 
     @staticmethod
@@ -86,16 +126,14 @@ class _LoraLinearFn(torch.autograd.Function):
         grad_b = (g.t() @ h).mul_(ctx.s) if ctx.needs_input_grad[4] else None
         x2 = x.reshape(-1, x.shape[-1])
         needs_x, needs_a = ctx.needs_input_grad[0], ctx.needs_input_grad[3]
-        keep = None
-        if ctx.packed_keep is not None and (needs_x or needs_a):
-            keep = np.unpackbits(ctx.packed_keep, count=x2.numel()).view(bool)
+        mask = ctx.mask
         grad_a = grad_x = None
         if needs_a:
-            grad_a = grad_h.t() @ (x2 if keep is None else _kept(x2, keep))
+            grad_a = grad_h.t() @ (x2 if mask is None else mask.apply(x2))
         if needs_x:
             lora_part = grad_h @ lora_a
-            if keep is not None:
-                _kept(lora_part, keep, in_place=True)
+            if mask is not None:
+                mask.apply(lora_part, in_place=True)
             grad_x = lora_part.addmm_(g, weight).view(x.shape)
         return grad_x, None, None, grad_a, grad_b, None, None, None
 

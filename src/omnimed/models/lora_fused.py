@@ -38,6 +38,8 @@ import torch.nn.functional as F
 from peft.tuners.lora.layer import Linear as PeftLoraLinear
 from torch import nn
 
+from omnimed.models import dropout_kernel
+
 
 def keep_mask(numel: int, p: float, seed: int) -> np.ndarray:
     """Bernoulli(1 - ``p``) keep mask of ``numel`` elements (bool, True where an element is kept), drawn from SFC64
@@ -67,8 +69,6 @@ class _Mask:
     bit an element until backward."""
 
     def __init__(self, x2: torch.Tensor, p: float, seed: int) -> None:
-        from omnimed.models import dropout_kernel
-
         self.p, self.seed, self.numel = p, seed, x2.numel()
         self.kernel = dropout_kernel.usable(x2)
         self._keep = None if self.kernel else keep_mask(self.numel, p, seed)
@@ -77,9 +77,7 @@ class _Mask:
     def apply(self, t: torch.Tensor, *, in_place: bool = False) -> torch.Tensor:
         """``t`` (shaped like the layer's input) with the dropped elements set to zero."""
         if self.kernel and t.is_contiguous():
-            from omnimed.models.dropout_kernel import keep_where
-
-            return keep_where(t, self.p, self.seed, out=t if in_place else None)
+            return dropout_kernel.keep_where(t, self.p, self.seed, out=t if in_place else None)
         return _kept(t, self.keep(), in_place=in_place)
 
     def keep(self) -> np.ndarray:

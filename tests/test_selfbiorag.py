@@ -277,6 +277,41 @@ def test_generator_data_per_sentence_continues_on_supporting_evidence(tmp_path, 
     assert whole.counts["continue"] == 0 and whole.counts["dropped/relevance"] > 0  # the earlier behaviour
 
 
+class _RecordingKB:
+    """The knowledge base, keeping every query it is searched with."""
+
+    def __init__(self, kb) -> None:
+        self.kb, self.cfg, self.queries = kb, kb.cfg, []
+
+    def search_sources(self, queries, k, **kwargs):
+        self.queries += list(queries)
+        return self.kb.search_sources(queries, k, **kwargs)
+
+
+def test_generator_data_searches_with_the_sentence_being_written_as_the_reference_does(tmp_path, world, kb):
+    """At data creation the output is known: the reference searches with the instruction and the output sentence,
+    so the passages the critic judges can support it; `query=instruction` searches without it (inference's view)."""
+    from omnimed.methods.selfbiorag.generator_data import search_query
+
+    searched = {}
+    for query in ("instruction_sentence", "instruction"):
+        recording = _RecordingKB(kb)
+        cfg = GeneratorDataConfig(top_k=2, no_retrieval_keep=1.0, query=query)
+        build_generator_data(cfg, critic=OracleBackend(world), kb=recording, knowledge=TINY_KB,
+                             root=tmp_path / query, progress=False, log=quiet)
+        searched[query] = recording.queries
+    retrieving = [e for e in world.instructions if e.metadata.get("split") == "train"
+                  and any(e.output in q for q in searched["instruction_sentence"])]
+    assert retrieving and len(searched["instruction_sentence"]) == len(searched["instruction"])
+    assert not any(e.output in q for e in retrieving for q in searched["instruction"])
+    ex = retrieving[0]
+    assert search_query(ex, "Before.", ex.output).endswith(ex.output)
+    assert search_query(ex, "Before.", None).endswith("Before.")
+    with pytest.raises(ValueError, match="query='output'"):
+        build_generator_data(GeneratorDataConfig(query="output"), critic=OracleBackend(world), kb=kb,
+                             knowledge=TINY_KB, root=tmp_path / "bad", progress=False, log=quiet)
+
+
 # ------------------------------------------------------------------------------------------------ inference
 def _mcqs(world) -> list[MultipleChoiceQuestion]:
     return [q for q in world.questions if q.split == "test"]

@@ -9,9 +9,12 @@ For each example (instruction x, output y), with ``segmentation: sentence`` (the
 3. ``[Retrieval]``: y is split into sentences. The first is retrieved for; each later one gets the critic's
    three-way RET (given x, the sentences before it and the evidence quoted last): ``[Continue to Use Evidence]``
    and ``[No Retrieval]`` prefix the sentence, ``[Retrieval]`` retrieves again. Retrieving returns ``top_k``
-   passages for x (and the sentences before), the critic judges REL (x, e) and SUP (x, e, sentence) for each, and
-   the passage it rates best (relevant before irrelevant, then fully before partially supported, then retrieval
-   rank) is quoted; the reference picks among the best at random, we keep the deterministic order;
+   passages for a query of x and the sentence being written (``query: instruction_sentence``, the reference's: at
+   data creation the output is known, so the evidence searched for is the evidence for it; ``query: instruction``,
+   our earlier choice, searches with x and the sentences before only, as inference must), the critic judges
+   REL (x, e) and SUP (x, e, sentence) for each, and the passage it rates best (relevant before irrelevant, then
+   fully before partially supported, then retrieval rank) is quoted; the reference picks among the best at random,
+   we keep the deterministic order;
 4. the target is written sentence by sentence, USE at the end
    (:func:`~omnimed.methods.selfbiorag.tokens.format_sentences`).
 
@@ -51,6 +54,8 @@ from omnimed.methods.selfbiorag.tokens import (
 from omnimed.models.layout import request_prompt, user_text
 
 STAGE = "selfbiorag_generator_data"
+#: ``query`` values: the instruction with the sentence being written (the reference's), or with the ones before it
+QUERIES = ("instruction_sentence", "instruction")
 
 
 @dataclass
@@ -58,8 +63,8 @@ class GeneratorDataConfig:
     """``instructions``: ``world`` or a records path; ``subset``: all | domain | general; ``top_k``: passages the
     critic judges for an example it sends to retrieval; ``sources`` / ``retriever``: where and how they are
     searched (None: every text source, the knowledge base's default method); ``segmentation``: sentence |
-    example; ``no_retrieval_keep``: share of ``[No Retrieval]`` examples kept; ``invalid``: passage | example
-    (what an invalid critic token costs)."""
+    example; ``query``: instruction_sentence | instruction (what retrieval searches with); ``no_retrieval_keep``:
+    share of ``[No Retrieval]`` examples kept; ``invalid``: passage | example (what an invalid critic token costs)."""
 
     name: str = STAGE
     instructions: str = "world"
@@ -70,6 +75,7 @@ class GeneratorDataConfig:
     sources: Optional[list[str]] = None
     retriever: Optional[str] = None
     segmentation: str = "sentence"
+    query: str = "instruction_sentence"
     no_retrieval_keep: float = 0.4
     invalid: str = "passage"
     critic_max_new_tokens: int = 4
@@ -94,6 +100,12 @@ def critic_request(kind: str, ex: InstructionExample, output: str | None = None,
     return Request(request_prompt(content, "", prompt_layout), meta)
 
 
+def search_query(ex: InstructionExample, preceding: str | None, sentence: str | None) -> str:
+    """What the stage searches the knowledge base with for one sentence: the instruction and its input, then the
+    sentence being written (``query: instruction_sentence``) or else the sentences before it."""
+    return " ".join(filter(None, [user_text(ex.instruction, ex.input), sentence or preceding]))
+
+
 def _best(judged: list[tuple[Passage, str, str | None]]) -> tuple[Passage, str, str | None]:
     """The passage to quote: relevant first, then the strongest support, then the retriever's order."""
     return max(enumerate(judged), key=lambda item: (item[1][1] == RELEVANT,
@@ -116,6 +128,8 @@ def build_generator_data(cfg: GeneratorDataConfig, *, critic, kb, knowledge=None
         raise ValueError(f"{STAGE}: segmentation={cfg.segmentation!r}; expected sentence or example")
     if cfg.invalid not in ("passage", "example"):
         raise ValueError(f"{STAGE}: invalid={cfg.invalid!r}; expected passage or example")
+    if cfg.query not in QUERIES:
+        raise ValueError(f"{STAGE}: query={cfg.query!r}; expected one of {', '.join(QUERIES)}")
     if not 0.0 <= cfg.no_retrieval_keep <= 1.0:
         raise ValueError(f"{STAGE}: no_retrieval_keep={cfg.no_retrieval_keep}; expected a share in [0, 1]")
     pool = [e for e in load_instructions(cfg.instructions, knowledge=knowledge, splits=tuple(cfg.splits))
@@ -130,6 +144,7 @@ def build_generator_data(cfg: GeneratorDataConfig, *, critic, kb, knowledge=None
     params = SamplingParams(max_new_tokens=cfg.critic_max_new_tokens)
     ask_critic = partial(critic_request, prompt_layout=prompt_layout)  # in the critic model's layout
     per_sentence = cfg.segmentation == "sentence"
+    with_sentence = cfg.query == "instruction_sentence"  # the sentence being written joins the search
 
     def annotate(batch: list[InstructionExample]) -> list[dict[str, Any] | Failed]:
         errors: dict[int, str] = {}
@@ -168,8 +183,8 @@ def build_generator_data(cfg: GeneratorDataConfig, *, critic, kb, knowledge=None
                     bad[i].append("retrieval_three_way")
                 decision[i] = tok
             fetch = [i for i in active if decision[i] == RETRIEVE and i not in errors]
-            evidence = (kb.search_sources([" ".join(filter(None, [user_text(batch[i].instruction, batch[i].input),
-                                                                  preceding[i]])) for i in fetch],
+            evidence = (kb.search_sources([search_query(batch[i], preceding[i], texts[i][k] if with_sentence else None)
+                                           for i in fetch],
                                           cfg.top_k, sources=cfg.sources, method=cfg.retriever) if fetch else [])
             requests, kinds, owners = [], [], []
             for i, passages in zip(fetch, evidence):

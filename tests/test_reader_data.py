@@ -134,3 +134,71 @@ def test_a_malformed_conversation_is_rejected_with_its_line(tmp_path):
     path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
     with pytest.raises(RecordError, match=r"records\.jsonl.*2.*assistant"):
         read_records(path, PromptCompletion)
+
+
+class _Sent:
+    """An HF backend that keeps the rendered text of every answer request it is sent."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.name, self.model_id, self.answers = inner, inner.name, inner.model_id, []
+
+    def next_token_logprobs(self, requests, tokens):
+        self.answers += [self.inner.render(r) for r in requests if r.meta["task"] == "answer_mcq"]
+        return self.inner.next_token_logprobs(requests, tokens)
+
+
+def test_reply_layout_exercises_are_what_self_biorag_reads_after_its_evidence(world_tiny, kb_tiny, tmp_path):
+    """With ``reply_layout_share`` the reader also practises reading where Self-BioRAG's generator (trained from it)
+    reads: the training text is, reflective tokens aside, the text the few-shot pipeline sends before the answer letter
+    after retrieving the gold passage (the same demonstrations included), and only the answer is supervised (the
+    evidence span is masked)."""
+    from types import SimpleNamespace
+
+    from omnimed.generation.hf import HFBackend
+    from omnimed.methods.selfbiorag import tokens as T
+    from omnimed.methods.selfbiorag.inference import SelfBioRAGConfig
+    from omnimed.methods.selfbiorag.method import SelfBioRAGMethod
+    from omnimed.training.config import TaskConfig
+
+    # one demonstration (the tiny model reads at most 512 tokens; the stage's default is the tables' 3)
+    cfg = ReaderDataConfig(reply_layout_share=1.0, reply_shots=1, out=str(tmp_path / "out"))
+    result = build_reader_data(cfg, kb=kb_tiny, world=world_tiny, knowledge=KNOWLEDGE, root=str(tmp_path),
+                               log=lambda m: None)
+    records = load_record_set(result.path, PromptCompletion)
+    train = [q for q in world_tiny.questions if q.split == "train"]
+    one_passage = {q.id for q in train if len(q.answer) == 1 and len(q.gold_passages) <= 1}
+    reply = [r for r in records if r.metadata["layout"] == "reply"]
+    assert {r.metadata["question_id"] for r in reply} == one_passage and len(one_passage) < len(train)
+    assert len(records) == len(train) + len(reply) and result.counts["reply_layout"] == len(reply)
+    assert build_reader_data(ReaderDataConfig(), kb=kb_tiny, world=world_tiny, knowledge=KNOWLEDGE,
+                             root=str(tmp_path), log=lambda m: None).counts["reply_layout"] == 0
+
+    questions, passages = {q.id: q for q in train}, {p.id: p for p in world_tiny.passages}
+    record = next(r for r in reply if questions[r.metadata["question_id"]].gold_passages)
+    q = questions[record.metadata["question_id"]]
+    model = ModelConfig(name="tiny-llama", source="tiny", name_or_path="tiny-llama",
+                        special_tokens=list(T.SPECIAL_TOKENS))
+    method = SelfBioRAGMethod(SelfBioRAGConfig(retrieval="always", top_k=1, answer_mode="logprob", shots=1))
+    method.demonstrations = train  # what the evaluation passes: the dataset's training split
+    _, served = method.serve(SimpleNamespace(model=None), model)
+    backend = _Sent(HFBackend(served, batch_size=2))
+
+    class Gold:
+        def search_sources(self, queries, k, **kwargs):
+            return [[passages[q.gold_passages[0]]] for _ in queries]
+
+    method.answer([q], backend, Gold(), seed=0)
+    (sent,) = backend.answers
+    for token in (T.RETRIEVE, *T.RELEVANCE_LABELS):
+        sent = sent.replace(token, "")
+    tok = load_tokenizer(model)
+    pair = format_conversation([m.model_dump() for m in record.prompt], [m.model_dump() for m in record.completion],
+                               tok)
+    assert (pair["prompt"] + pair["completion"]).startswith(sent) and sent.endswith("</paragraph>The answer is")
+    assert sent.count("The answer is") == 2  # a solved question, then the one asked
+    task = TaskConfig(max_length=2048, mask_spans=[["<paragraph>", "</paragraph>"]])
+    feats = tokenize_prompt_completion({"prompt": [pair["prompt"]], "completion": [pair["completion"]]}, tok,
+                                       task.max_length, task.mask_spans)
+    supervised = tok.decode([t for t in feats["labels"][0] if t != IGNORE_INDEX], skip_special_tokens=True)
+    letter = q.answer[0]
+    assert supervised.strip() == f"The answer is {letter}: {q.options[letter]}."

@@ -14,7 +14,14 @@ exercises, each in TRL's conversational prompt-completion format:
   superseded recommendations) rather than to read the first passage;
 - a self-contained question (the answer is computable from its text) is shown retrieved passages for
   ``self_contained_evidence_share`` of them and nothing for the others: retrieval there only adds noise, which the
-  reader learns to set aside.
+  reader learns to set aside;
+- with ``reply_layout_share`` > 0, that share of the questions a single passage can answer is also written as
+  Self-BioRAG's generator reads evidence: the question as it asks it, the evidence inside the reply between
+  ``<paragraph>`` markers (masked from the loss: preset ``reader_reply_miniature`` sets ``task.mask_spans``) and
+  ``The answer is X: option.`` after it.
+  A base LM reads evidence wherever it is shown; a reader trained on its own prompt alone answers by letter
+  position when the evidence sits in its reply (measured: README, Self-BioRAG in miniature), so Self-BioRAG's
+  generator, which starts from the reader, would have no reading skill to keep.
 
 The world's splits are by subject, so a reader trained on ``train`` has seen none of the test questions' subjects:
 what it learned is to read, not the answers.
@@ -41,6 +48,12 @@ class ReaderDataConfig:
     ``passages``: evidence passages per question with gold (gold + retrieved distractors); ``sources`` /
     ``retriever``: where and how distractors are retrieved (the RAG pipeline's knobs; null: its defaults);
     ``self_contained_evidence_share``: the share of self-contained questions shown retrieved passages;
+    ``reply_layout_share``: the share of single-answer questions with at most one gold passage also written as an
+    exercise in Self-BioRAG's reply layout (gold passage in the reply; a self-contained question's: a retrieved
+    passage when it is shown them, else none); ``reply_shots``: solved training questions shown before each of those
+    (chosen as ``pipeline.shots`` chooses them). The tables ask 3-shot, where a reader that practised zero-shot
+    reads the reply at chance, but the generator trained from a 3-shot-practised reader read worse than the one
+    trained from a zero-shot-practised reader (README, Self-BioRAG in miniature), so the default is 0;
     ``out``: a fixed output folder (default ``builds/reader_data/<settings key>``)."""
 
     name: str = STAGE
@@ -50,6 +63,8 @@ class ReaderDataConfig:
     sources: Optional[list[str]] = None
     retriever: Optional[str] = None
     self_contained_evidence_share: float = 0.5
+    reply_layout_share: float = 0.0
+    reply_shots: int = 0
     seed: int = 0
     out: Optional[str] = None
 
@@ -57,9 +72,11 @@ class ReaderDataConfig:
 def _check(cfg: ReaderDataConfig) -> None:
     if cfg.passages < 1:
         raise ValueError(f"stage.passages={cfg.passages}: expected at least 1 (the gold passages need room)")
-    if not 0 <= cfg.self_contained_evidence_share <= 1:
-        raise ValueError(f"stage.self_contained_evidence_share={cfg.self_contained_evidence_share}: expected a "
-                         "share between 0 and 1")
+    for key in ("self_contained_evidence_share", "reply_layout_share"):
+        if not 0 <= getattr(cfg, key) <= 1:
+            raise ValueError(f"stage.{key}={getattr(cfg, key)}: expected a share between 0 and 1")
+    if cfg.reply_shots < 0:
+        raise ValueError(f"stage.reply_shots={cfg.reply_shots}: expected 0 or more solved questions")
     if cfg.n_examples is not None and cfg.n_examples < 1:
         raise ValueError(f"stage.n_examples={cfg.n_examples}: expected null (all) or a count >= 1")
 
@@ -76,6 +93,31 @@ def evidence_for(q: MultipleChoiceQuestion, retrieved: list[Passage], gold: dict
     shown = golds + others
     rng.shuffle(shown)
     return shown
+
+
+def reply_exercises(questions: list[MultipleChoiceQuestion], evidence: list[list[Passage]], gold: dict[str, Passage],
+                    cfg: ReaderDataConfig) -> list[PromptCompletion]:
+    """The exercises in Self-BioRAG's reply layout for ``reply_layout_share`` of the questions one passage can
+    answer (one gold passage, or none for a self-contained question, which keeps the retrieved passage it was
+    shown in the reader's layout, if any), each chosen by its own seeded draw, after ``reply_shots`` of the other
+    questions as solved demonstrations."""
+    from omnimed.methods.selfbiorag.inference import pick_demonstrations, reply_reading
+
+    out = []
+    shown = pick_demonstrations(questions, questions, cfg.reply_shots)
+    for q, ev in zip(questions, evidence):
+        if len(q.answer) != 1 or len(q.gold_passages) > 1:
+            continue
+        if random.Random(f"{cfg.seed}-reply-{q.id}").random() >= cfg.reply_layout_share:
+            continue
+        passage = gold[q.gold_passages[0]] if q.gold_passages else (ev[0] if ev else None)
+        prompt, reply = reply_reading(q, passage, shown[q.id])
+        out.append(PromptCompletion(id=f"reader-reply-{q.id}", prompt=prompt,
+                                    completion=[{"role": "assistant", "content": reply}],
+                                    metadata={"split": q.split, "question_id": q.id, "kind": q.metadata.get("kind", ""),
+                                              "passage_ids": [passage.id] if passage else [], "layout": "reply",
+                                              "gold_shown": int(bool(q.gold_passages))}))
+    return out
 
 
 def build_reader_data(cfg: ReaderDataConfig, *, kb: Any, world: Any, knowledge: Any, root: str = ".",
@@ -112,11 +154,13 @@ def build_reader_data(cfg: ReaderDataConfig, *, kb: Any, world: Any, knowledge: 
     records = [PromptCompletion(id=f"reader-{q.id}", prompt=req.prompt,
                                 completion=[{"role": "assistant", "content": f"<answer>{','.join(q.answer)}</answer>"}],
                                 metadata={"split": q.split, "question_id": q.id, "kind": q.metadata.get("kind", ""),
-                                          "passage_ids": req.meta["passage_ids"],
+                                          "passage_ids": req.meta["passage_ids"], "layout": "reader",
                                           "gold_shown": sum(p.id in q.gold_passages for p in ev)})
                for q, req, ev in zip(questions, requests, evidence)]
+    records += reply_exercises(questions, evidence, gold, cfg)
     counts = {
         "examples": len(records),
+        "reply_layout": sum(r.metadata["layout"] == "reply" for r in records),
         "with_gold": sum(bool(q.gold_passages) for q in questions),
         "without_evidence": sum(not ev for ev in evidence),
         "mean_passages": round(sum(map(len, evidence)) / len(evidence), 3),

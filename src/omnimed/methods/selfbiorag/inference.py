@@ -211,6 +211,29 @@ def demonstration(q: MultipleChoiceQuestion, answer_prefix: str) -> str:
     return f"{question_block(q)}\n{answer_prefix} {q.answer[0]}."
 
 
+def question_prompt(q: MultipleChoiceQuestion, shown: Sequence[MultipleChoiceQuestion], cfg: SelfBioRAGConfig,
+                    prompt_layout: str = "chat") -> str | list[dict[str, str]]:
+    """What the generator is sent for ``q``: the instruction, then the solved questions ``shown`` and ``q``."""
+    blocks = [*(demonstration(d, cfg.answer_prefix) for d in shown), question_block(q)]
+    return request_prompt(cfg.mcq_instruction, "\n\n".join(blocks), prompt_layout)
+
+
+def reply_reading(q: MultipleChoiceQuestion, passage: Passage | None, shown: Sequence[MultipleChoiceQuestion] = (),
+                  prompt_layout: str = "chat", cfg: SelfBioRAGConfig | None = None
+                  ) -> tuple[str | list[dict[str, str]], str]:
+    """A reading exercise in the generator's own layout, for a base model that should read where Self-BioRAG's
+    generator reads (the miniature reader, standing in for a base LM that reads evidence wherever it is shown):
+    the prompt :class:`SelfBioRAG` sends for ``q`` after the solved questions ``shown``, and the reply written
+    after ``passage`` was retrieved (``<paragraph>EVIDENCE</paragraph>``; the reflective tokens left out, as the
+    base model has not learnt them) or with none, ending in the answer as both answer modes read it
+    (``The answer is X: option.``)."""
+    cfg = cfg or SelfBioRAGConfig()
+    letter = q.answer[0]
+    evidence = f"{PARAGRAPH_OPEN}{prompts.evidence_text(passage)}{PARAGRAPH_CLOSE}" if passage is not None else ""
+    answer = f"{cfg.answer_prefix} {letter}: {q.options[letter]}."
+    return question_prompt(q, shown, cfg, prompt_layout), evidence + answer
+
+
 def pick_demonstrations(questions: Sequence[MultipleChoiceQuestion], pool: Sequence[Any], k: int
                         ) -> dict[str, list[MultipleChoiceQuestion]]:
     """For each question, the ``k`` solved questions of ``pool`` most similar to it (BM25 over the question texts,
@@ -282,8 +305,7 @@ class SelfBioRAG:
 
     # ------------------------------------------------------------------------------------------- requests
     def _prompt(self, q: MultipleChoiceQuestion) -> str | list[dict[str, str]]:
-        shown = [demonstration(d, self.cfg.answer_prefix) for d in self._shown.get(q.id, [])]
-        return request_prompt(self.cfg.mcq_instruction, "\n\n".join([*shown, question_block(q)]), self.prompt_layout)
+        return question_prompt(q, self._shown.get(q.id, []), self.cfg, self.prompt_layout)
 
     def _request(self, q: MultipleChoiceQuestion, prefix: str, task: str, **meta: Any) -> Request:
         return Request(self._prompt(q), {"task": task, "question_id": q.id, "assistant_prefix": prefix, **meta})

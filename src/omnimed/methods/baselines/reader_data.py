@@ -157,10 +157,11 @@ def build_reader_data(cfg: ReaderDataConfig, *, kb: Any, world: Any, knowledge: 
                                           "passage_ids": req.meta["passage_ids"], "layout": "reader",
                                           "gold_shown": sum(p.id in q.gold_passages for p in ev)})
                for q, req, ev in zip(questions, requests, evidence)]
-    records += reply_exercises(questions, evidence, gold, cfg)
+    reply = reply_exercises(questions, evidence, gold, cfg)
+    records += reply
     counts = {
         "examples": len(records),
-        "reply_layout": sum(r.metadata["layout"] == "reply" for r in records),
+        "reply_layout": len(reply),
         "with_gold": sum(bool(q.gold_passages) for q in questions),
         "without_evidence": sum(not ev for ev in evidence),
         "mean_passages": round(sum(map(len, evidence)) / len(evidence), 3),

@@ -23,7 +23,8 @@ class TaskConfig:
     lr: float = 2e-4
     weight_decay: float = 0.0
     warmup_ratio: float = 0.03
-    scheduler: str = "cosine"  # cosine | linear | constant
+    scheduler: str = "cosine"  # cosine | linear | constant | wsd (omnimed.training.schedules)
+    decay_ratio: float = 0.2  # wsd: the share of the steps, at the end, over which the lr decays to 0
     max_length: int = 256
     # sft: a batch of more positions (rows x padded length) than this runs as chunks of rows that fit, one after the
     # other in the same optimizer step (omnimed.training.micro_batches): the same gradient, activations for one
@@ -150,6 +151,8 @@ def config_problems(cfg: TrainConfig) -> list[str]:
     need(math.isfinite(t.lr) and t.lr > 0, "task.lr", t.lr, "a learning rate > 0")
     need(math.isfinite(t.weight_decay) and t.weight_decay >= 0, "task.weight_decay", t.weight_decay, "a value >= 0")
     need(0 <= t.warmup_ratio <= 1, "task.warmup_ratio", t.warmup_ratio, "a share between 0 and 1")
+    need(t.scheduler != "wsd" or 0 < t.decay_ratio <= 1 - t.warmup_ratio, "task.decay_ratio", t.decay_ratio,
+         f"a share in (0, 1 - task.warmup_ratio = {1 - t.warmup_ratio:g}]: the decay follows the warmup")
     need(t.max_length > 0, "task.max_length", t.max_length, "a number of tokens > 0")
     need(t.micro_batch_tokens is None or t.micro_batch_tokens > 0, "task.micro_batch_tokens", t.micro_batch_tokens,
          "null or a number of positions > 0")

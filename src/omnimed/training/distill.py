@@ -32,9 +32,6 @@ from torch.utils.data import DataLoader
 
 from omnimed.training.objectives import Objective, register_objective
 
-SCHEDULERS = {"cosine": "cosine", "linear": "linear", "constant": "constant_with_warmup"}
-
-
 def listwise_kl(student: torch.Tensor, teacher: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean over rows of KL(teacher || student) where both are softmaxes of logits over the row's ``mask``ed
     entries (``teacher`` is -inf, or anything, off its own window: its mass there is 0)."""
@@ -161,18 +158,12 @@ class DistillModule(L.LightningModule):
         return loss
 
     def configure_optimizers(self) -> dict[str, Any]:
-        from transformers import get_scheduler
-
+        from omnimed.training.schedules import lr_schedule
         from omnimed.training.sft import optimizer_groups
 
-        name = self.task_cfg.scheduler
-        if name not in SCHEDULERS:
-            raise ValueError(f"task.scheduler must be one of {sorted(SCHEDULERS)}, got {name!r}")
         optimizer = torch.optim.AdamW(optimizer_groups(self.encoder, self.task_cfg.weight_decay), lr=self.task_cfg.lr)
-        total = max(int(self.trainer.estimated_stepping_batches), 1)
-        scheduler = get_scheduler(SCHEDULERS[name], optimizer, num_warmup_steps=math.ceil(self.task_cfg.warmup_ratio * total),
-                                  num_training_steps=total)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1}}
+        return {"optimizer": optimizer,
+                "lr_scheduler": lr_schedule(optimizer, self.task_cfg, self.trainer.estimated_stepping_batches)}
 
     def on_train_end(self) -> None:
         """On an accelerator, drop the gradients and AdamW state before Lightning's teardown copies them to host

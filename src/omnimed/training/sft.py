@@ -39,10 +39,6 @@ log = logging.getLogger(__name__)
 #: set in a LoRA checkpoint saved without its frozen base weights (:meth:`SFTModule.on_save_checkpoint`)
 FROZEN_BASE_OMITTED = "omnimed_frozen_base_omitted"
 
-#: ``TaskConfig.scheduler`` -> ``transformers.get_scheduler`` name; every one warms up linearly first.
-SCHEDULERS = {"cosine": "cosine", "linear": "linear", "constant": "constant_with_warmup"}
-
-
 def as_config(cls: type[C], value: C | Mapping[str, Any] | DictConfig) -> C:
     """``value`` as a ``cls`` dataclass: kept when it is one, else validated against ``cls`` by OmegaConf (a plain
     dict from a checkpoint's hyperparameters, or a Hydra ``DictConfig``)."""
@@ -362,11 +358,8 @@ class SFTModule(L.LightningModule):
         Warmup is ``warmup_ratio`` of the trainer's estimated optimizer steps (which accounts for epochs,
         ``max_steps``, gradient accumulation and the number of devices).
         """
-        from transformers import get_scheduler
+        from omnimed.training.schedules import lr_schedule
 
-        name = self.task_cfg.scheduler
-        if name not in SCHEDULERS:
-            raise ValueError(f"task.scheduler must be one of {sorted(SCHEDULERS)}, got {name!r}")
         groups = optimizer_groups(self._require_model(), self.task_cfg.weight_decay)
         if not groups:
             raise RuntimeError("the model has no trainable parameters")
@@ -376,15 +369,7 @@ class SFTModule(L.LightningModule):
             raise ValueError(
                 "cannot size the LR schedule: set trainer.max_steps (the number of steps is unknown)"
             )
-        total = max(int(total), 1)
-        warmup = math.ceil(self.task_cfg.warmup_ratio * total)
-        scheduler = get_scheduler(
-            SCHEDULERS[name], optimizer, num_warmup_steps=warmup, num_training_steps=total
-        )
-        return {
-            "optimizer": optimizer,
-            "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1},
-        }
+        return {"optimizer": optimizer, "lr_scheduler": lr_schedule(optimizer, self.task_cfg, total)}
 
 
 def _datamodule(cfg: Any, records: list, tokenizer: Any) -> Any:

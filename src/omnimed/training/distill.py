@@ -32,6 +32,7 @@ from torch.utils.data import DataLoader
 
 from omnimed.training.objectives import Objective, register_objective
 
+
 def listwise_kl(student: torch.Tensor, teacher: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean over rows of KL(teacher || student) where both are softmaxes of logits over the row's ``mask``ed
     entries (``teacher`` is -inf, or anything, off its own window: its mass there is 0)."""

@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 #: set in a LoRA checkpoint saved without its frozen base weights (:meth:`SFTModule.on_save_checkpoint`)
 FROZEN_BASE_OMITTED = "omnimed_frozen_base_omitted"
 
+
 def as_config(cls: type[C], value: C | Mapping[str, Any] | DictConfig) -> C:
     """``value`` as a ``cls`` dataclass: kept when it is one, else validated against ``cls`` by OmegaConf (a plain
     dict from a checkpoint's hyperparameters, or a Hydra ``DictConfig``)."""

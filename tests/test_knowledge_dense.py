@@ -568,4 +568,6 @@ def test_knowledge_base_reranks_with_a_local_cross_encoder(tmp_path: Path, tiny_
     order = np.argsort(-scores)[:3]
     assert [h.passage.id for h in hits] == [candidates[i].passage.id for i in order]
     np.testing.assert_allclose([h.score for h in hits], scores[order], rtol=1e-5)
-    assert [h.passage.id for h in hits] != [h.passage.id for h in candidates[:3]]  # it did reorder
+    # the random model does not score the 8 candidates in BM25's order, so the comparison above is not trivially
+    # true (its top 3 may still be BM25's by chance: 1 in 336 for random scores, seen once in CI)
+    assert np.any(np.diff(scores) > 0), scores

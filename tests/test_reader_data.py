@@ -7,6 +7,7 @@ import json
 import random
 
 import pytest
+from recording import RecordingBackend
 
 from omnimed.data import PromptCompletion, RecordError, load_record_set, read_records
 from omnimed.data.records import MultipleChoiceQuestion, Passage
@@ -136,17 +137,6 @@ def test_a_malformed_conversation_is_rejected_with_its_line(tmp_path):
         read_records(path, PromptCompletion)
 
 
-class _Sent:
-    """An HF backend that keeps the rendered text of every answer request it is sent."""
-
-    def __init__(self, inner) -> None:
-        self.inner, self.name, self.model_id, self.answers = inner, inner.name, inner.model_id, []
-
-    def next_token_logprobs(self, requests, tokens):
-        self.answers += [self.inner.render(r) for r in requests if r.meta["task"] == "answer_mcq"]
-        return self.inner.next_token_logprobs(requests, tokens)
-
-
 def test_reply_layout_exercises_are_what_self_biorag_reads_after_its_evidence(world_tiny, kb_tiny, tmp_path):
     """With ``reply_layout_share`` the reader also practises reading where Self-BioRAG's generator (trained from it)
     reads: the training text is, reflective tokens aside, the text the few-shot pipeline sends before the answer letter
@@ -181,14 +171,14 @@ def test_reply_layout_exercises_are_what_self_biorag_reads_after_its_evidence(wo
     method = SelfBioRAGMethod(SelfBioRAGConfig(retrieval="always", top_k=1, answer_mode="logprob", shots=1))
     method.demonstrations = train  # what the evaluation passes: the dataset's training split
     _, served = method.serve(SimpleNamespace(model=None), model)
-    backend = _Sent(HFBackend(served, batch_size=2))
+    backend = RecordingBackend(HFBackend(served, batch_size=2))
 
     class Gold:
         def search_sources(self, queries, k, **kwargs):
             return [[passages[q.gold_passages[0]]] for _ in queries]
 
     method.answer([q], backend, Gold(), seed=0)
-    (sent,) = backend.answers
+    (sent,) = backend.sent("answer_mcq")
     for token in (T.RETRIEVE, *T.RELEVANCE_LABELS):
         sent = sent.replace(token, "")
     tok = load_tokenizer(model)

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from recording import RecordingBackend
 
 from omnimed.data.io import read_records
 from omnimed.data.records import InstructionExample, MultipleChoiceQuestion
@@ -559,24 +560,6 @@ def test_table_reproduced_through_prepare_steps_in_one_w_and_b_group(tmp_path):
     assert again.returncode == 0 and "prepare critic training" in again.stdout + again.stderr
 
 
-class _Recording:
-    """An HF backend that keeps the prompt text of every request it is sent."""
-
-    def __init__(self, inner) -> None:
-        self.inner, self.name, self.model_id, self.prompts = inner, inner.name, inner.model_id, []
-
-    def next_token_logprobs(self, requests, tokens):
-        self.prompts += [(r.meta["task"], self.inner.render(r)) for r in requests]
-        return self.inner.next_token_logprobs(requests, tokens)
-
-    def generate(self, requests, params):
-        self.prompts += [(r.meta["task"], self.inner.render(r)) for r in requests]
-        return self.inner.generate(requests, params)
-
-    def score(self, requests, continuations):
-        return self.inner.score(requests, continuations)
-
-
 class _OnePassage:
     def __init__(self, passage) -> None:
         self.passage = passage
@@ -600,7 +583,7 @@ def test_the_plain_layout_of_released_self_rag_weights_is_sent_character_for_cha
     kb = _OnePassage(Passage(id="book:1", source="book", title="Drug X", text="Drug X inhibits kinase K."))
     method = SelfBioRAGMethod(SelfBioRAGConfig(retrieval="always", top_k=1))
     _, model = method.serve(SimpleNamespace(model=None), plain)
-    backend = _Recording(HFBackend(model, batch_size=2))
+    backend = RecordingBackend(HFBackend(model, batch_size=2))
     (out,) = method.answer([q], backend, kb, seed=0)
     (cand,) = out.extras["candidates"]  # it runs end to end on a model with the tokens added
     assert 0.0 <= cand["s_seq"] <= 1.0 and cand["score"] >= cand["s_seq"] - 0.5

@@ -486,17 +486,22 @@ def test_each_row_is_paired_by_question_against_the_named_row_and_separated_pair
 def test_training_seeds_train_each_seed_once_and_the_table_states_the_spread(tmp_path):
     """`--training-seeds` fills {train_seed} / {seed_tag} in the prepare steps and overrides, so each seed builds
     its own artifact (the default seed's keeps its untagged path) and every row runs against it; the table states
-    each cell's spread over the seeds, and a later single-seed run of the table still states it."""
-    path = manifest(tmp_path, ROWS[:1])
+    each cell's spread over the seeds, and a later single-seed run of the table still states it. A row that reads
+    nothing trained with the seed runs once for all seeds."""
+    fixed = {"name": "BM25 on seed 0's world", "method": "retrieval",
+             "overrides": ["task.methods=[bm25]", "knowledge.world_seed=0"], "published": {"World": 90.0}}
+    path = manifest(tmp_path, [{**ROWS[0], "preset_overrides": {"miniature": ["knowledge.world_seed={train_seed}"]}},
+                               fixed])
     data = yaml.safe_load(path.read_text())
     data["prepare"] = {"miniature": [{
         "name": "seeded world", "command": ["omnimed-data", "world", "size=tiny", "seed={train_seed}",
                                             "out=${paths.root}/builds/w{seed_tag}"],
         "creates": "builds/w{seed_tag}/manifest.json"}]}
-    data["presets"]["miniature"] = [*COMMON, "knowledge.world_seed={train_seed}"]
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     res = reproduce_cli(str(path), "--training-seeds", "0,3", f"paths.root={tmp_path}", cwd=tmp_path)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    log = " ".join((res.stdout + res.stderr).split())
+    assert "BM25 on seed 0's world: the same run as 'BM25' at training seed 0" in log
     assert (tmp_path / "builds" / "w" / "manifest.json").is_file()
     assert (tmp_path / "builds" / "w-seed3" / "manifest.json").is_file()
     out = tmp_path / "experiments" / "demo" / "results"
@@ -507,12 +512,16 @@ def test_training_seeds_train_each_seed_once_and_the_table_states_the_spread(tmp
     for seed, runs in ((0, "table1"), (3, "table1-seed3")):  # each seed's rows ran with that seed's overrides
         config = yaml.safe_load((out / "runs" / runs / "bm25" / "world" / ".hydra" / "config.yaml").read_text())
         assert config["knowledge"]["world_seed"] == seed
+    assert not (out / "runs" / "table1-seed3" / "bm25-on-seed-0-s-world").exists()  # taken from seed 0, not run
+    assert spread["values"]["BM25 on seed 0's world"]["World"] == [bm25[0], bm25[0]]
+    assert spread["ran_once"] == ["BM25 on seed 0's world"]
     rows = {r["row"]: r for r in csv.DictReader((out / "table1.csv").open())}
     assert float(rows["BM25"]["ours"]) == pytest.approx(bm25[0])  # the table itself is the default seed's
     md = (out / "table1.md").read_text()
     assert "Spread over training seeds 0, 3" in md
     assert "| World (world question -> gold passage) |" in md  # the miniature column, labelled by its content
     assert f"| BM25 | {min(bm25):.1f}-{max(bm25):.1f} (" in md
+    assert "Run once for all seeds (they read nothing trained with the seed): BM25 on seed 0's world." in md
     # a single-seed rerun reuses seed 0's artifact and still states the measured spread
     res = reproduce_cli(str(path), f"paths.root={tmp_path}", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]

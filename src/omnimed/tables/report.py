@@ -112,7 +112,10 @@ def spread_lines(manifest: TableManifest, spread: dict) -> list[str]:
     title = (f"Spread over training seeds {seeds} (measured {spread['measured']}; `omnimed-reproduce <table> "
              f"--training-seeds {','.join(map(str, spread['seeds']))}`): min-max (sd) of each cell.")
     lines = ["", title, "", "| row | " + " | ".join(manifest.columns) + " |", "|---|" + "---|" * len(manifest.columns)]
+    once = spread.get("ran_once", [])
     for row in manifest.rows:
+        if row.name in once:
+            continue
         parts = []
         for col in manifest.columns:
             vals = [v for v in spread["values"].get(row.name, {}).get(col, []) if v is not None]
@@ -120,6 +123,8 @@ def spread_lines(manifest: TableManifest, spread: dict) -> list[str]:
                          else "n/a")
         if any(part != "n/a" for part in parts):
             lines.append(f"| {row.name} | " + " | ".join(parts) + " |")
+    if once:
+        lines += ["", f"Run once for all seeds (they read nothing trained with the seed): {', '.join(once)}."]
     return lines
 
 

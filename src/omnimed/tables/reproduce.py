@@ -58,6 +58,9 @@ class RowPlan:
     # with the same fingerprint as an earlier one is not run again: it takes that row's cells (``same_as``)
     fingerprint: tuple = ()
     same_as: str | None = None
+    # under --training-seeds: (an earlier training seed, its row) whose run computes the same as this row's (a row
+    # that reads no seeded artifact, such as a BM25 baseline): this seed takes that run's cells, not running it again
+    same_as_seed: tuple[int, str] | None = None
 
 
 def slug(text: str) -> str:
@@ -246,6 +249,18 @@ def mark_shared_runs(plans: list[RowPlan]) -> None:
             plan.same_as = earlier.row.name if earlier is not plan else None
 
 
+def mark_seed_independent_runs(plans_by_seed: dict[int, list[RowPlan]]) -> None:
+    """Point each row of a later training seed whose runs compose to the same configs as a row's runs at an earlier
+    seed at that run (``same_as_seed``): a baseline that reads no seeded model computes the same thing for every
+    seed, so a spread over seeds runs it once."""
+    first: dict[tuple, tuple[int, str]] = {}
+    for seed, plans in plans_by_seed.items():
+        for plan in plans:
+            if plan.fingerprint and plan.same_as is None:
+                earlier = first.setdefault(plan.fingerprint, (seed, plan.row.name))
+                plan.same_as_seed = earlier if earlier[0] != seed else None
+
+
 def run_row(plan: RowPlan, manifest: TableManifest, runs_dir: Path, launcher: str, folder: str,
             datasets: dict[str, list[str]], column: list[str]) -> subprocess.CompletedProcess:
     """One Hydra multirun of the row over ``datasets`` with ``column``'s own overrides, in ``folder`` (one of
@@ -357,11 +372,29 @@ def for_training_seed(manifest: TableManifest, seed: int) -> TableManifest:
     return TableManifest.model_validate_json(text, context={"papers": {r.method for r in manifest.rows}})
 
 
-def seed_spread(manifest: TableManifest, per_seed: dict[int, dict[str, dict[str, Cell]]], preset: str) -> dict:
-    """Our number per (row, column) for each training seed, for the record of how much trained rows move."""
+def seed_spread(manifest: TableManifest, per_seed: dict[int, dict[str, dict[str, Cell]]], preset: str,
+                ran_once: Sequence[str] = ()) -> dict:
+    """Our number per (row, column) for each training seed, for the record of how much trained rows move;
+    ``ran_once``: the rows that read nothing trained with the seed (run at the first seed only)."""
     values = {row.name: {col: [per_seed[s].get(row.name, {}).get(col, Cell()).ours for s in per_seed]
                          for col in manifest.columns} for row in manifest.rows}
-    return {"preset": preset, "seeds": list(per_seed), "measured": date.today().isoformat(), "values": values}
+    return {"preset": preset, "seeds": list(per_seed), "measured": date.today().isoformat(), "values": values,
+            "ran_once": list(ran_once)}
+
+
+def seed_independent_rows(plans_by_seed: dict[int, list[RowPlan]]) -> list[str]:
+    """The rows that every later seed took from an earlier one (``same_as_seed``), with the rows that are their
+    runs at this preset (``same_as``): their numbers cannot move with the training seed."""
+    later = list(plans_by_seed.values())[1:]
+    if not later:
+        return []
+    once: list[str] = []
+    for plan in later[0]:
+        if all(p.same_as_seed is not None for plans in later for p in plans if p.row.name == plan.row.name):
+            once.append(plan.row.name)
+        elif plan.same_as in once:
+            once.append(plan.row.name)
+    return once
 
 
 def read_seed_spread(path: Path, preset: str) -> dict | None:
@@ -386,13 +419,22 @@ def _fill_averages(manifest: TableManifest, preset: str, row_cells: dict[str, Ce
 
 
 def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_dir: Path, launcher: str,
-              dry_run: bool, log) -> dict[str, dict[str, Cell]]:
-    """Run every planned row (nothing on a dry run) and collect its cells; rows that do not run say why."""
+              dry_run: bool, log, earlier: dict[int, dict[str, dict[str, Cell]]] | None = None
+              ) -> dict[str, dict[str, Cell]]:
+    """Run every planned row (nothing on a dry run) and collect its cells; rows that do not run say why.
+    ``earlier``: the cells of the training seeds already run, for the rows marked ``same_as_seed``."""
+    earlier = earlier or {}
     cells: dict[str, dict[str, Cell]] = {}
     for row in manifest.rows:
         if row.status != "runnable":
             cells[row.name] = {c: Cell(status=row_cell_status(row)) for c in manifest.columns}
     for i, plan in enumerate(plans, start=1):
+        if plan.same_as_seed is not None:
+            seed, name = plan.same_as_seed
+            log(f"[{i}/{len(plans)}] {plan.row.name}: the same run as {name!r} at training seed {seed} (it reads "
+                "nothing trained with the seed), not run again")
+            cells[plan.row.name] = dict(earlier[seed][name])
+            continue
         if plan.same_as is not None:
             log(f"[{i}/{len(plans)}] {plan.row.name}: the same run as {plan.same_as!r} (its overrides compose to the "
                 "same config at this preset), not run again")
@@ -452,23 +494,26 @@ def reproduce(
         validate(plans, seeded, launcher=launcher, runs_dir=runs_dir)
         validate_prepare(seeded, preset, extra)
         runs[seed] = (seeded, plans, runs_dir)
+    mark_seed_independent_runs({seed: plans for seed, (_, plans, _) in runs.items()})
     per_seed: dict[int, dict[str, dict[str, Cell]]] = {}
     for seed, (seeded, plans, runs_dir) in runs.items():
         if len(seeds) > 1:
             log(f"training seed {seed} ({seeds.index(seed) + 1}/{len(seeds)})")
+        to_run = [plan for plan in plans if plan.same_as_seed is None and (plan.datasets or plan.alone)]
         if dry_run:
             for step in seeded.prepare.get(preset, []):
                 log(f"prepare {step.name}: {' '.join(step.command)} -> {step.creates}")
-        elif any(plan.datasets or plan.alone for plan in plans):
+        elif to_run:
             run_prepare(seeded, preset, runs_dir, extra, log)
-        per_seed[seed] = _run_rows(seeded, plans, preset, runs_dir, launcher, dry_run, log)
+        per_seed[seed] = _run_rows(seeded, plans, preset, runs_dir, launcher, dry_run, log, per_seed)
     main = DEFAULT_TRAINING_SEED if DEFAULT_TRAINING_SEED in per_seed else seeds[0]
     cells = per_seed[main]
     if dry_run:
         return cells, {}
     spread_file = out_dir / f"{manifest.table}.seeds.json"
     if len(seeds) > 1:
-        spread = seed_spread(manifest, per_seed, preset)
+        plans_by_seed = {seed: plans for seed, (_, plans, _) in runs.items()}
+        spread = seed_spread(manifest, per_seed, preset, seed_independent_rows(plans_by_seed))
         out_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(spread_file, json.dumps(spread, indent=1) + "\n")
     else:

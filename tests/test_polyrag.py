@@ -187,6 +187,42 @@ def test_the_distilled_embedder_trains_through_the_engine_and_its_export_loads_a
     assert not optimizer.state and all(p.grad is None for p in module.parameters())
 
 
+def test_an_interrupted_distillation_resumes_mid_epoch_to_the_weights_of_an_uninterrupted_run(utility, tmp_path):
+    """`task=utility_embed` stopped after 2 of an epoch's batches and resumed (`ckpt_path=last`) ends with the
+    weights of a run that trained its 4 steps straight: the resumed run skips the batches already trained on. (Its
+    loader was a plain shuffled DataLoader, which began the epoch again: a resumed run saw those batches twice.)"""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from safetensors.torch import load_file
+
+    from omnimed.cli.common import conf_dir
+    from omnimed.training.config import register_train_configs
+    from omnimed.training.engine import train
+
+    result, _, _ = utility
+
+    def run(name: str, *extra: str):
+        register_train_configs()
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
+            cfg = compose("train", overrides=[
+                "+preset=polyrag_utility_embed_miniature", f"data.path={result.path}", "data.val_fraction=0.2",
+                "data.batch_size=2", "task.passage_window=4", "task.scheduler=constant", "task.warmup_ratio=0",
+                "trainer.max_epochs=1", "trainer.limit_val_batches=0", "trainer.checkpoint_every_n_steps=1",
+                "logger=none", f"run_name={name}", f"paths.root={tmp_path}", f"paths.cache={tmp_path}/cache",
+                f"paths.output_dir={tmp_path}/out-{name}", "trainer.num_threads=2", *extra])
+        return train(cfg)
+
+    straight = run("straight", "trainer.max_steps=4")
+    assert len(straight.losses) == 4
+    run("resumed", "trainer.max_steps=2")
+    resumed = run("resumed", "trainer.max_steps=4", "ckpt_path=last")
+    assert len(resumed.losses) == 2, resumed.losses  # the two steps left, not the epoch again
+    a, b = (load_file(r.hf_dir / "model.safetensors") for r in (straight, resumed))
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=0, atol=0, msg=key)
+
+
 @pytest.mark.multiprocess
 def test_the_embedder_trains_under_ddp_on_two_processes(utility, tmp_path):
     """`omnimed-train +preset=polyrag_utility_embed_miniature strategy=ddp trainer.devices=2` (gloo on CPU): it

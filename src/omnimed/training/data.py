@@ -36,7 +36,12 @@ from torch.utils.data import DataLoader
 from omnimed.data.hf import to_hf_dataset
 from omnimed.data.records import Record
 from omnimed.training.config import DataConfig, TaskConfig
-from omnimed.training.resume import ResumableBatchSampler, ResumableDataLoader, trainer_progress
+from omnimed.training.resume import (
+    ResumableBatchSampler,
+    ResumableDataLoader,
+    data_parallel_ranks,
+    trainer_progress,
+)
 from omnimed.training.tokenize import (
     FORMAT_VERSION,
     IGNORE_INDEX,
@@ -386,16 +391,6 @@ class SFTDataModule(L.LightningDataModule):
             desc="Packing",
         )
 
-    def _replicas(self) -> tuple[int, int]:
-        """Data-parallel (num_replicas, rank) from the attached trainer's strategy, (1, 0) when not distributed."""
-        trainer = getattr(self, "trainer", None)
-        kwargs = (
-            getattr(trainer.strategy, "distributed_sampler_kwargs", None) if trainer is not None else None
-        )
-        if not kwargs:
-            return 1, 0
-        return int(kwargs.get("num_replicas", 1)), int(kwargs.get("rank", 0))
-
     def _batches(self, ds: datasets.Dataset, *, train: bool) -> list[list[int]]:
         """Index batches: length-grouped for unpacked training data, seeded chunks of the (full) blocks when
         packed, length order for validation."""
@@ -411,8 +406,8 @@ class SFTDataModule(L.LightningDataModule):
         each data-parallel rank takes every ``world_size``-th batch (the training entry point runs the Trainer
         with ``use_distributed_sampler=False``), and a checkpoint records how many batches of the epoch were
         trained on, so a resumed run skips exactly those (see ``omnimed.training.resume``)."""
-        num_replicas, rank = self._replicas()
         trainer = getattr(self, "trainer", None)
+        num_replicas, rank = data_parallel_ranks(trainer)
         # debug=overfit (Trainer(overfit_batches=N)) trains the same first N batches every epoch: no reshuffling
         # (Lightning cannot turn shuffling off itself, the sampler being ours)
         overfit = bool(trainer is not None and getattr(trainer, "overfit_batches", 0))

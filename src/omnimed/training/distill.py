@@ -30,7 +30,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
+from omnimed.training.data import chunked
 from omnimed.training.objectives import Objective, register_objective
+from omnimed.training.resume import ResumableBatchSampler, ResumableDataLoader, data_parallel_ranks, trainer_progress
 
 
 def listwise_kl(student: torch.Tensor, teacher: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -69,15 +71,23 @@ class DistillDataModule(L.LightningDataModule):
         return {"queries": [q for q, _, _ in items], "passages": [p for _, p, _ in items],
                 "scores": [s for _, _, s in items]}
 
+    def _loader(self, items: list, *, train: bool) -> DataLoader:
+        """The training core's resumable loader over fixed batches of queries (the training ones already in a
+        seeded random order): each epoch visits the batches in a new order, each data-parallel rank takes every
+        ``world_size``-th batch, and a mid-epoch resume skips exactly the batches already trained on."""
+        trainer = getattr(self, "trainer", None)
+        num_replicas, rank = data_parallel_ranks(trainer)
+        sampler = ResumableBatchSampler(chunked(range(len(items)), self.data_cfg.batch_size), shuffle=train,
+                                        seed=self.data_cfg.shuffle_seed, rank=rank, world_size=num_replicas)
+        return ResumableDataLoader(items, batch_sampler=sampler, collate_fn=self.collate,
+                                   num_workers=self.data_cfg.num_workers,
+                                   progress=(lambda: trainer_progress(trainer)) if train and trainer else None)
+
     def train_dataloader(self) -> DataLoader:
-        gen = torch.Generator().manual_seed(self.data_cfg.shuffle_seed)
-        return DataLoader(self.train_items, batch_size=self.data_cfg.batch_size, shuffle=True, generator=gen,
-                          collate_fn=self.collate, num_workers=self.data_cfg.num_workers)
+        return self._loader(self.train_items, train=True)
 
     def val_dataloader(self) -> DataLoader | list:
-        if not self.val_items:
-            return []
-        return DataLoader(self.val_items, batch_size=self.data_cfg.batch_size, collate_fn=self.collate)
+        return self._loader(self.val_items, train=False) if self.val_items else []
 
 
 def on_device(features: Mapping[str, Any], device: torch.device | str) -> dict[str, Any]:

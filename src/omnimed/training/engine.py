@@ -216,7 +216,7 @@ def _val_every(trainer_cfg) -> int | float | None:
 
 def _callbacks(cfg: TrainConfig, ckpt_dir: Path, history):
     from omnimed.training.progress import progress_bar
-    from omnimed.training.resume import RNGStateCallback, StepCheckpoint
+    from omnimed.training.resume import LoaderPositionCallback, RNGStateCallback, StepCheckpoint
 
     ckpt = StepCheckpoint(
         dirpath=str(ckpt_dir),
@@ -228,7 +228,7 @@ def _callbacks(cfg: TrainConfig, ckpt_dir: Path, history):
     )
     # with max_epochs -1 (the default trainer), Lightning's bars count the epoch's batches or the steps left,
     # whichever is fewer, so a 20-step run shows 20 and its ETA
-    return [ckpt, RNGStateCallback(), history, progress_bar()]
+    return [ckpt, RNGStateCallback(), LoaderPositionCallback(), history, progress_bar()]
 
 
 class TrainHistory(Callback):

@@ -5,6 +5,7 @@ Lightning restores model, optimizer, scheduler and loop progress from a checkpoi
   DataLoader's ``state_dict``/``load_state_dict`` (Lightning's ``_Stateful`` protocol), skips the batches already
   trained on in the interrupted epoch;
 - random number generators (dropout, LoRA dropout): :class:`RNGStateCallback` stores and restores them.
+:class:`LoaderPositionCallback` makes sure the restored position reaches the loader whenever Lightning built it.
 """
 
 from __future__ import annotations
@@ -77,6 +78,9 @@ class ResumableDataLoader(DataLoader):
     """
 
     def __init__(self, *args: Any, progress=None, **kwargs: Any):
+        # its own generator: starting an epoch's iterator draws a base seed, which must not come from torch's global
+        # RNG (the one dropout draws from), or a resumed run would draw its dropout masks one step apart
+        kwargs.setdefault("generator", torch.Generator())
         super().__init__(*args, **kwargs)
         self._progress = progress  # callable -> (epoch, batches finished in epoch)
 
@@ -90,6 +94,15 @@ class ResumableDataLoader(DataLoader):
         sampler.epoch = state["epoch"]
         done = state["batches_done"]
         sampler.skip = done if done < len(sampler) else 0
+
+
+def data_parallel_ranks(trainer) -> tuple[int, int]:
+    """Data-parallel ``(num_replicas, rank)`` of a trainer's strategy, ``(1, 0)`` without a trainer or when not
+    distributed: the training entry point turns Lightning's distributed sampler off, so our loaders shard."""
+    kwargs = getattr(trainer.strategy, "distributed_sampler_kwargs", None) if trainer is not None else None
+    if not kwargs:
+        return 1, 0
+    return int(kwargs.get("num_replicas", 1)), int(kwargs.get("rank", 0))
 
 
 def trainer_progress(trainer) -> tuple[int, int]:
@@ -121,6 +134,29 @@ class StepCheckpoint(ModelCheckpoint):
         candidates = self._monitor_candidates(trainer)
         self._save_topk_checkpoint(trainer, candidates)
         self._save_last_checkpoint(trainer, candidates)
+
+
+class LoaderPositionCallback(Callback):
+    """Puts the training loader at the checkpoint's position when Lightning does not. Lightning gives a loader its
+    saved state only if it builds the loader after restoring the checkpoint; an objective whose
+    ``configure_optimizers`` reads ``trainer.estimated_stepping_batches`` (to size its schedule) has it built
+    before, and the resumed epoch would start again from its first batch. Loading the same state twice is harmless:
+    nothing has been iterated before training starts."""
+
+    def __init__(self) -> None:
+        self._states: list[dict[str, int]] = []
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        fit_loop = checkpoint.get("loops", {}).get("fit_loop", {})
+        self._states = list(fit_loop.get("state_dict", {}).get("combined_loader", []))
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        states, self._states = self._states, []
+        loaders = trainer.train_dataloader
+        loaders = list(loaders) if isinstance(loaders, (list, tuple)) else [loaders]
+        for loader, state in zip(loaders, states):
+            if isinstance(loader, ResumableDataLoader):
+                loader.load_state_dict(state)
 
 
 class RNGStateCallback(Callback):

@@ -227,20 +227,24 @@ def test_an_interrupted_distillation_resumes_mid_epoch_to_the_weights_of_an_unin
 def test_the_embedder_trains_under_ddp_on_two_processes(utility, tmp_path):
     """`omnimed-train +preset=polyrag_utility_embed_miniature strategy=ddp trainer.devices=2` (gloo on CPU): it
     failed with DDP's "parameters that were not used in producing the loss" (the pooler) before the unused ones were
-    frozen. The loss falls and rank 0 exports a folder that sentence-transformers loads. The encoder is the 2-layer
+    frozen. The ranks share out the batches, the loss falls and rank 0 exports a folder that sentence-transformers loads. The encoder is the 2-layer
     XLM-RoBERTa in BGE-M3's layout (its pooler unused too, as BERT's): MiniLM trains through the engine above."""
     from sentence_transformers import SentenceTransformer
 
     result, _, _ = utility
     res = subprocess.run(
         [str(BIN / "omnimed-train"), "+preset=polyrag_utility_embed_miniature", "model=tiny-xlm-roberta",
-         f"data.path={result.path}", "data.val_fraction=0.2", "trainer.max_epochs=2", "task.lr=1e-3",
-         "task.passage_window=8", "logger=none", "run_name=distill-ddp", f"paths.root={tmp_path}",
+         f"data.path={result.path}", "data.val_fraction=0.2", "data.batch_size=2", "trainer.max_epochs=4",
+         "task.lr=1e-3", "task.passage_window=8", "logger=none", "run_name=distill-ddp", f"paths.root={tmp_path}",
          f"hydra.run.dir={tmp_path}/run", "strategy=ddp", "trainer.devices=2", "trainer.num_threads=1"],
         cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["train/loss_last"] < metrics["train/loss_first"], metrics
+    # each rank trains on every second batch of the epoch (not on all of them: an epoch is half the steps)
+    n = sum(r.metadata.get("split") == "train" for r in load_record_set(result.path, UtilityExample))  # data.split
+    batches = -(-(n - round(n * 0.2)) // 2)
+    assert metrics["train/steps"] == 4 * (batches // 2), (metrics, n)
     assert "train/tokens" not in metrics  # no token count is kept for query batches (it read 0 before)
     hf = tmp_path / "checkpoints" / "utility_embed" / "distill-ddp" / "hf"
     assert SentenceTransformer(str(hf), device="cpu").encode(["a query"]).shape == (1, 64)

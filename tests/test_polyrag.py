@@ -227,8 +227,9 @@ def test_an_interrupted_distillation_resumes_mid_epoch_to_the_weights_of_an_unin
 def test_the_embedder_trains_under_ddp_on_two_processes(utility, tmp_path):
     """`omnimed-train +preset=polyrag_utility_embed_miniature strategy=ddp trainer.devices=2` (gloo on CPU): it
     failed with DDP's "parameters that were not used in producing the loss" (the pooler) before the unused ones were
-    frozen. The ranks share out the batches, the loss falls and rank 0 exports a folder that sentence-transformers loads. The encoder is the 2-layer
-    XLM-RoBERTa in BGE-M3's layout (its pooler unused too, as BERT's): MiniLM trains through the engine above."""
+    frozen. The ranks share out the batches, the loss falls and rank 0 exports a folder that sentence-transformers
+    loads. The encoder is the 2-layer XLM-RoBERTa in BGE-M3's layout (its pooler unused too, as BERT's): MiniLM
+    trains through the engine above."""
     from sentence_transformers import SentenceTransformer
 
     result, _, _ = utility

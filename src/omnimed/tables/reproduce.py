@@ -494,16 +494,16 @@ def reproduce(
         validate(plans, seeded, launcher=launcher, runs_dir=runs_dir)
         validate_prepare(seeded, preset, extra)
         runs[seed] = (seeded, plans, runs_dir)
-    mark_seed_independent_runs({seed: plans for seed, (_, plans, _) in runs.items()})
+    plans_by_seed = {seed: plans for seed, (_, plans, _) in runs.items()}
+    mark_seed_independent_runs(plans_by_seed)
     per_seed: dict[int, dict[str, dict[str, Cell]]] = {}
     for seed, (seeded, plans, runs_dir) in runs.items():
         if len(seeds) > 1:
             log(f"training seed {seed} ({seeds.index(seed) + 1}/{len(seeds)})")
-        to_run = [plan for plan in plans if plan.same_as_seed is None and (plan.datasets or plan.alone)]
         if dry_run:
             for step in seeded.prepare.get(preset, []):
                 log(f"prepare {step.name}: {' '.join(step.command)} -> {step.creates}")
-        elif to_run:
+        elif any(plan.same_as_seed is None and (plan.datasets or plan.alone) for plan in plans):
             run_prepare(seeded, preset, runs_dir, extra, log)
         per_seed[seed] = _run_rows(seeded, plans, preset, runs_dir, launcher, dry_run, log, per_seed)
     main = DEFAULT_TRAINING_SEED if DEFAULT_TRAINING_SEED in per_seed else seeds[0]
@@ -512,7 +512,6 @@ def reproduce(
         return cells, {}
     spread_file = out_dir / f"{manifest.table}.seeds.json"
     if len(seeds) > 1:
-        plans_by_seed = {seed: plans for seed, (_, plans, _) in runs.items()}
         spread = seed_spread(manifest, per_seed, preset, seed_independent_rows(plans_by_seed))
         out_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(spread_file, json.dumps(spread, indent=1) + "\n")

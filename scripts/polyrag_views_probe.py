@@ -5,9 +5,13 @@ Each question of ``kind`` in ``--split`` gets table 1's pool (its 15 first-stage
 plus its gold). Printed: the share of questions with a gold passage in the top 3 of BM25 / MiniLM / hybrid over the
 pool, of each view alone, of y without the cover, and of y under the cover for each ``--eps`` (the paper does not
 state DBSCAN's settings; choose them on ``--split dev``, report on test). Views are computed once per question.
+Without judges R is the knowledge base encoder's cosine and S is absent; ``--relevance-judge`` /
+``--supplement-judge`` (a trained judge's export) read them from the judge, served by the hf backend through the
+call cache that ``omnimed-evaluate`` uses, so the pools a table's run already judged cost nothing.
 
     .venv/bin/python scripts/polyrag_views_probe.py treatment policy 128 --split dev \\
-        --utility-encoder checkpoints/utility_embed/polyrag-utility-embed-miniature/hf
+        --utility-encoder checkpoints/utility_embed/polyrag-utility-embed-miniature/hf \\
+        --relevance-judge checkpoints/polyrag_judge/polyrag-relevance-judge-miniature/hf
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ from pathlib import Path
 import numpy as np
 from omegaconf import OmegaConf
 
+from omnimed.conf import load_option
 from omnimed.evaluation.retrieval import candidate_pools, pooled_queries, world_queries
+from omnimed.generation.factory import BackendConfig
 from omnimed.knowledge.build import build_knowledge_base
 from omnimed.knowledge.config import KnowledgeConfig
 from omnimed.knowledge.corpus import world_of
@@ -27,7 +33,7 @@ from omnimed.knowledge.types import index_text
 from omnimed.methods.polyrag.method import PolyRAG, PolyRAGConfig
 from omnimed.methods.polyrag.mixture import ComposabilityConfig, select, topics
 
-VIEWS = ("relevance", "utility", "authority", "timeliness")
+VIEWS = ("relevance", "utility", "supplement", "authority", "timeliness")
 
 
 def _yaml(path: str, schema: type):
@@ -46,6 +52,8 @@ def main() -> None:
     ap.add_argument("--knowledge", default="conf/knowledge/world_table.yaml")
     ap.add_argument("--encoder", default="minilm-l6", help="the knowledge base's dense encoder (table 1's preset)")
     ap.add_argument("--utility-encoder", default=None)
+    ap.add_argument("--relevance-judge", default=None, help="a relevance judge's export (default: the cosine)")
+    ap.add_argument("--supplement-judge", default=None, help="a supplement judge's export (default: no S)")
     args = ap.parse_args()
     kcfg = _yaml(args.knowledge, KnowledgeConfig)
     kcfg.dense.encoder = args.encoder
@@ -55,11 +63,13 @@ def main() -> None:
     pools = candidate_pools(kb, queries, 15)
     cfg = _yaml("conf/pipeline/polyrag.yaml", PolyRAGConfig)
     cfg.domain, cfg.utility_encoder = args.domain, args.utility_encoder
+    cfg.relevance_judge, cfg.supplement_judge = args.relevance_judge, args.supplement_judge
     cfg.composability.constraint = "none"  # y's own order; the cover is applied below per eps
     method = PolyRAG(cfg)
-    method._judges = {"polyrag_relevance": None, "polyrag_supplement": None}  # no judges: cosine R, no S
+    method.serve(load_option("backend", "hf", BackendConfig), None)  # the judges' backend (unused without judges)
     encoder, ranker = method.utility_encoder(kb), PoolRanker(kb)
     eps_values = [float(e) for e in args.eps.split(",")]
+    shown = [v for v in VIEWS if v != "supplement" or args.supplement_judge]  # S is 0 everywhere without a judge
     found: dict[str, list[bool]] = {}
     for rq in queries:
         pool = pools[rq.id]
@@ -74,7 +84,7 @@ def main() -> None:
         ranked = method.rank(rq.id.rsplit("@", 1)[0], rq.text, pool, kb)
         by_id = {p.id: row for p, row in zip(ranked.passages, ranked.views)}
         rows = [by_id[p.id] for p in pool]
-        for view in (*VIEWS, "y"):
+        for view in (*shown, "y"):
             found.setdefault("y, no cover" if view == "y" else f"{view} alone", []).append(
                 top3(sorted(range(len(pool)), key=lambda i, v=view: -rows[i][v])))
         embedded = method.embed_docs(encoder, pool, [index_text(p) for p in pool])  # cached by rank()

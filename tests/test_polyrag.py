@@ -385,6 +385,30 @@ def test_polyrag_reranks_through_omnimed_evaluate_and_keeps_every_views_score(tm
     assert any(h["views"]["relevance"] == 1.0 for r in mine for h in r["hits"])
 
 
+def test_trained_judges_give_the_relevance_and_supplement_views_on_the_runs_backend(tmp_path):
+    """``pipeline.relevance_judge`` / ``supplement_judge`` name a judge's export, served by the run's backend kind
+    (hf here; SmolLM2 as shipped stands in for a trained one): R and S become the judge's label probabilities.
+    Without them R is the encoder's cosine and S is 0."""
+    def hits(name: str, *judges: str) -> dict[tuple[str, str], dict]:
+        out = tmp_path / name
+        res = subprocess.run(
+            [str(BIN / "omnimed-evaluate"), "task=retrieval", "task.queries=world", "task.methods=[polyrag]",
+             "pipeline=polyrag", "pipeline.domain=policy", "backend=hf", "model=tiny-llama", "knowledge=world_tiny",
+             "logger=none", "task.candidates=4", "task.max_queries=3", "task.k=5", "task.ks=[3]",
+             f"paths.root={tmp_path}", f"paths.cache={tmp_path}/cache", f"hydra.run.dir={out}", *judges],
+            cwd=tmp_path, text=True, capture_output=True, timeout=600, check=False)
+        assert res.returncode == 0, res.stderr[-3000:]
+        rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+        return {(r["query_id"], h["id"]): h["views"] for r in rows for h in r["hits"]}
+
+    plain = hits("plain")
+    judged = hits("judged", "pipeline.relevance_judge=smollm2-135m", "pipeline.supplement_judge=smollm2-135m")
+    assert plain.keys() == judged.keys() and len(plain) > 3   # the same pools of the 3 queries, all ranked
+    assert all(v["supplement"] == 0.0 for v in plain.values())
+    assert max(v["supplement"] for v in judged.values()) == pytest.approx(1.0)   # rescaled within each pool
+    assert any(abs(judged[k]["relevance"] - plain[k]["relevance"]) > 1e-3 for k in plain)
+
+
 def test_a_bad_polyrag_knob_fails_naming_its_key(tmp_path):
     res = subprocess.run(
         [str(BIN / "omnimed-evaluate"), "task=retrieval", "task.methods=[polyrag]", "pipeline=polyrag",

@@ -7,7 +7,8 @@ pool, of each view alone, of y without the cover, and of y under the cover for e
 state DBSCAN's settings; choose them on ``--split dev``, report on test). Views are computed once per question.
 Without judges R is the knowledge base encoder's cosine and S is absent; ``--relevance-judge`` /
 ``--supplement-judge`` (a trained judge's export) read them from the judge, served by the hf backend through the
-call cache that ``omnimed-evaluate`` uses, so the pools a table's run already judged cost nothing.
+call cache that ``omnimed-evaluate`` uses, so the pools a table's run already judged cost nothing; each judged view's
+mean score per oracle relevance grade (A states the whole answer, D outdated or in passing, E unrelated) follows.
 
     .venv/bin/python scripts/polyrag_views_probe.py treatment policy 128 --split dev \\
         --utility-encoder checkpoints/utility_embed/polyrag-utility-embed-miniature/hf \\
@@ -30,6 +31,7 @@ from omnimed.knowledge.config import KnowledgeConfig
 from omnimed.knowledge.corpus import world_of
 from omnimed.knowledge.pools import PoolRanker
 from omnimed.knowledge.types import index_text
+from omnimed.methods.polyrag.judges import oracle_grade
 from omnimed.methods.polyrag.method import PolyRAG, PolyRAGConfig
 from omnimed.methods.polyrag.mixture import ComposabilityConfig, select, topics
 
@@ -58,7 +60,8 @@ def main() -> None:
     kcfg = _yaml(args.knowledge, KnowledgeConfig)
     kcfg.dense.encoder = args.encoder
     kb = build_knowledge_base(kcfg, Path("."), progress=False)
-    questions = [q for q in world_of(kcfg).questions if q.split == args.split and q.metadata.get("kind") == args.kind]
+    world = world_of(kcfg)
+    questions = [q for q in world.questions if q.split == args.split and q.metadata.get("kind") == args.kind]
     queries = pooled_queries(world_queries(questions, kb.sources))[: args.n]
     pools = candidate_pools(kb, queries, 15)
     cfg = _yaml("conf/pipeline/polyrag.yaml", PolyRAGConfig)
@@ -71,6 +74,8 @@ def main() -> None:
     eps_values = [float(e) for e in args.eps.split(",")]
     shown = [v for v in VIEWS if v != "supplement" or args.supplement_judge]  # S is 0 everywhere without a judge
     found: dict[str, list[bool]] = {}
+    judged = [v for v, path in (("relevance", args.relevance_judge), ("supplement", args.supplement_judge)) if path]
+    by_grade: dict[tuple[str, str], list[float]] = {}  # (judged view, the oracle's grade) -> the view's scores
     for rq in queries:
         pool = pools[rq.id]
         gold = [str(p.metadata.get("chunk_of", p.id)) in rq.gold for p in pool]
@@ -84,6 +89,10 @@ def main() -> None:
         ranked = method.rank(rq.id.rsplit("@", 1)[0], rq.text, pool, kb)
         by_id = {p.id: row for p, row in zip(ranked.passages, ranked.views)}
         rows = [by_id[p.id] for p in pool]
+        for p, row in zip(pool, rows):
+            grade = oracle_grade(world.oracle, rq.id.rsplit("@", 1)[0], p.id)
+            for view in judged:
+                by_grade.setdefault((view, grade), []).append(row[view])
         for view in (*shown, "y"):
             found.setdefault("y, no cover" if view == "y" else f"{view} alone", []).append(
                 top3(sorted(range(len(pool)), key=lambda i, v=view: -rows[i][v])))
@@ -95,6 +104,11 @@ def main() -> None:
     print(f"{args.kind} ({args.domain}), {args.split}, {len(queries)} questions, gold in the top 3:")
     for key, values in found.items():
         print(f"  {key:22s} {100 * float(np.mean(values)):5.1f}")
+    for view in judged:  # what the judge gives each of the oracle's grades (A states the whole answer ... E unrelated)
+        print(f"{view} judge, mean view score (rescaled within the pool) by the oracle's grade:")
+        for (v, grade), values in sorted(by_grade.items()):
+            if v == view:
+                print(f"  {grade}  {float(np.mean(values)):.3f}  (n={len(values)})")
 
 
 if __name__ == "__main__":

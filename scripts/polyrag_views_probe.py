@@ -86,11 +86,12 @@ def main() -> None:
         for name in ("bm25", "dense", "hybrid"):
             hits = ranker.rank(rq.text, pool, name, 3)
             found.setdefault(name, []).append(any(str(h.doc_id) in rq.gold for h in hits))
-        ranked = method.rank(rq.id.rsplit("@", 1)[0], rq.text, pool, kb)
+        question_id = rq.id.rsplit("@", 1)[0]
+        ranked = method.rank(question_id, rq.text, pool, kb)
         by_id = {p.id: row for p, row in zip(ranked.passages, ranked.views)}
         rows = [by_id[p.id] for p in pool]
         for p, row in zip(pool, rows):
-            grade = oracle_grade(world.oracle, rq.id.rsplit("@", 1)[0], p.id)
+            grade = oracle_grade(world.oracle, question_id, p.id)
             for view in judged:
                 by_grade.setdefault((view, grade), []).append(row[view])
         for view in (*shown, "y"):

@@ -75,7 +75,7 @@ def main() -> None:
     shown = [v for v in VIEWS if v != "supplement" or args.supplement_judge]  # S is 0 everywhere without a judge
     found: dict[str, list[bool]] = {}
     judged = [v for v, path in (("relevance", args.relevance_judge), ("supplement", args.supplement_judge)) if path]
-    by_grade: dict[tuple[str, str], list[float]] = {}  # (judged view, the oracle's grade) -> the view's scores
+    by_grade: dict[str, dict[str, list[float]]] = {v: {} for v in judged}  # judged view -> oracle's grade -> scores
     for rq in queries:
         pool = pools[rq.id]
         gold = [str(p.metadata.get("chunk_of", p.id)) in rq.gold for p in pool]
@@ -90,10 +90,10 @@ def main() -> None:
         ranked = method.rank(question_id, rq.text, pool, kb)
         by_id = {p.id: row for p, row in zip(ranked.passages, ranked.views)}
         rows = [by_id[p.id] for p in pool]
-        for p, row in zip(pool, rows):
+        for p, row in zip(pool, rows) if judged else ():
             grade = oracle_grade(world.oracle, question_id, p.id)
             for view in judged:
-                by_grade.setdefault((view, grade), []).append(row[view])
+                by_grade[view].setdefault(grade, []).append(row[view])
         for view in (*shown, "y"):
             found.setdefault("y, no cover" if view == "y" else f"{view} alone", []).append(
                 top3(sorted(range(len(pool)), key=lambda i, v=view: -rows[i][v])))
@@ -105,11 +105,10 @@ def main() -> None:
     print(f"{args.kind} ({args.domain}), {args.split}, {len(queries)} questions, gold in the top 3:")
     for key, values in found.items():
         print(f"  {key:22s} {100 * float(np.mean(values)):5.1f}")
-    for view in judged:  # what the judge gives each of the oracle's grades (A states the whole answer ... E unrelated)
+    for view, grades in by_grade.items():  # what the judge gives each oracle grade (A the whole answer ... E unrelated)
         print(f"{view} judge, mean view score (rescaled within the pool) by the oracle's grade:")
-        for (v, grade), values in sorted(by_grade.items()):
-            if v == view:
-                print(f"  {grade}  {float(np.mean(values)):.3f}  (n={len(values)})")
+        for grade, values in sorted(grades.items()):
+            print(f"  {grade}  {float(np.mean(values)):.3f}  (n={len(values)})")
 
 
 if __name__ == "__main__":

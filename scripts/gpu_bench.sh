@@ -2,7 +2,8 @@
 # Issue 18's GPU checks on one bare GPU machine: install what it lacks, then run a named scenario.
 #
 #   scripts/gpu_bench.sh wheels            # on a machine WITH a registry: fetch the wheels into .whl/ (~22 MB)
-#   scripts/gpu_bench.sh data              # here too: the distillation's utility labels into .gpu-data/ (~9 MB)
+#   scripts/gpu_bench.sh data              # here too: the distillation's utility labels and the polyview models'
+#                                          # configs and tokenizers (no weights) into .gpu-data/ (~13 MB)
 #   scripts/gpu_bench.sh SCENARIO[,SCENARIO...] [OUT]   # on the GPU machine; OUT defaults to outputs/gpu
 #
 # Scenarios (each writes OUT/<scenario>*.json and prints its table):
@@ -16,6 +17,10 @@
 #   distill-bge-m3  issue 16: utility distillation of bge-m3-shape (BGE-M3's architecture, random weights) in bf16
 #                 with the paper preset's batch (16 queries x 50 passages), gradient checkpointing on both sides:
 #                 ours against SentenceTransformerTrainer (samples/s, peak GPU memory); reads .gpu-data/utility
+#   polyview      issue 16: omnimed-bench polyview on the GPU (15 candidates a query, every view), in fp32 and in
+#                 bf16; the judges are SmolLM2-135M and the utility encoder all-MiniLM-L6-v2 with their own configs
+#                 and tokenizers (carried in .gpu-data/models by `data`) and random weights made there: a judge's
+#                 score is one forward pass, so the weights do not change the time
 #   rss-trace     our side's host memory at each step phase on the GPU (scripts/rss_trace.py): with and without the
 #                 lean MLP, and under ZeRO-3
 #
@@ -29,7 +34,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(transformers==5.23.0 peft==0.21.2 trl==1.16.0 datasets==5.2.0 sentence-transformers==6.2.0
           dill==0.4.1 multiprocess==0.70.19
           omegaconf==2.3.1 hjson==3.1.0 pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0
-          typing-inspection==0.4.5 pytz==2026.6)
+          typing-inspection==0.4.5 pytz==2026.6 bm25s==0.3.16 PyStemmer==3.1.0 dateparser==1.5.0 tzlocal==5.4.5)
 SOURCE_ONLY=(deepspeed==0.19.8 antlr4-python3-runtime==4.9.3)
 PY=${PYTHON:-python3}
 
@@ -58,15 +63,21 @@ for name in ("records.jsonl", "manifest.json"):
     shutil.copy(path / name, root / "utility" / name)
 shutil.rmtree(root / "build")
 print(root / "utility", data)
+from omnimed.models.packaged import packaged_model_path
+weights = shutil.ignore_patterns("*.safetensors", "*.bin", "*.gguf", "*.pt", "*.onnx", "onnx", "openvino",
+                                 "omnimed_*.json")
+for name in ("smollm2-135m", "minilm-l6"):  # what the models are, without what they know
+    shutil.copytree(packaged_model_path(name), root / "models" / name, ignore=weights)
+    print(root / "models" / name, sorted(p.name for p in (root / "models" / name).iterdir()))
 EOF
 fi
 
-scenarios=${1:?usage: scripts/gpu_bench.sh wheels | data | zero3-1b | single-1b | bf16-vs-fp32 | all | distill-bge-m3 | rss-trace [OUT]}
+scenarios=${1:?usage: scripts/gpu_bench.sh wheels | data | zero3-1b | single-1b | bf16-vs-fp32 | all | distill-bge-m3 | polyview | rss-trace [OUT]}
 out=${2:-outputs/gpu}
 mkdir -p "$out"
 site=/tmp/omnimed-site
-if $PY -c "import trl, deepspeed, datasets, omegaconf" 2>/dev/null; then
-  echo "trl, deepspeed, datasets and omegaconf import already: nothing to install"
+if $PY -c "import trl, deepspeed, datasets, omegaconf, bm25s, dateparser" 2>/dev/null; then
+  echo "trl, deepspeed, datasets, omegaconf, bm25s and dateparser import already: nothing to install"
 elif compgen -G ".whl/*.whl" >/dev/null; then
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" .whl/*.whl || exit 1
 else
@@ -96,6 +107,26 @@ distill_bge_m3() {
       --gradient-checkpointing --batch-size 16 --window 50 --max-length 256 --steps 10 --warmup 3 --threads 8 \
       --lr 1e-5 --data .gpu-data/utility --out "$out/distill-bge-m3.json" ${DISTILL_EXTRA:-}
 }
+polyview() {  # random weights for the carried configs (in /tmp), then the bench in fp32 and bf16
+  $PY - <<'EOF' || return 1
+import shutil
+from pathlib import Path
+import torch
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+for name, cls in (("smollm2-135m", AutoModelForCausalLM), ("minilm-l6", AutoModel)):
+    src, dst = Path(".gpu-data/models") / name, Path("/tmp/omnimed-models") / name
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst)
+    torch.manual_seed(0)
+    cls.from_config(AutoConfig.from_pretrained(dst)).save_pretrained(dst)
+    print(dst, sorted(p.name for p in dst.iterdir()))
+EOF
+  local args=(--relevance-judge /tmp/omnimed-models/smollm2-135m --supplement-judge /tmp/omnimed-models/smollm2-135m
+              --utility-encoder /tmp/omnimed-models/minilm-l6 --device cuda --threads 8 --queries 20 --warmup 2
+              --batch-size 16)
+  bench polyview "${args[@]}" --out "$out/polyview-fp32.json" &&
+  bench polyview "${args[@]}" --dtype bfloat16 --out "$out/polyview-bf16.json"
+}
 zero3_1b() { bench train "${big[@]}" --strategy deepspeed_zero3 --out "$out/zero3-1b.json"; }
 single_1b() { bench train "${big[@]}" --strategy single --out "$out/single-1b.json"; }
 bf16_vs_fp32() {
@@ -111,10 +142,12 @@ case $scenario in
   distill-bge-m3) run distill-bge-m3 distill_bge_m3 ;;
   single-1b) run single-1b single_1b ;;
   bf16-vs-fp32) run bf16-vs-fp32 bf16_vs_fp32 ;;
+  polyview) run polyview polyview ;;
   all) run zero3-1b zero3_1b; run bf16-vs-fp32 bf16_vs_fp32; run single-1b single_1b ;;
   rss-trace) run rss-lean $PY scripts/rss_trace.py; run rss-plain $PY scripts/rss_trace.py --no-lean-mlp
              run rss-zero3 $PY scripts/rss_trace.py --strategy deepspeed_zero3 ;;
-  *) echo "unknown scenario '$scenario': zero3-1b | single-1b | bf16-vs-fp32 | all | distill-bge-m3 | rss-trace" >&2
+  *) echo "unknown scenario '$scenario': zero3-1b | single-1b | bf16-vs-fp32 | all | distill-bge-m3 | polyview" \
+          "| rss-trace" >&2
      exit 2 ;;
 esac
 done

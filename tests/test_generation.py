@@ -135,6 +135,18 @@ def test_hf_branches_of_one_prompt_share_its_computation_and_score_as_if_alone()
     for a, b in zip(lean.next_token_logprobs(steps, REFLECTIVE), backend.next_token_logprobs(steps, REFLECTIVE)):
         assert a == pytest.approx(b, abs=1e-4)
     assert not lean._caches
+    # share_prefix=False (the default on a GPU): whole rows in padded batches, the same numbers, in one pass here
+    assert lean.share_prefix  # the default on the CPU
+    whole = HFBackend(dataclasses.replace(TINY, special_tokens=REFLECTIVE), batch_size=6, share_prefix=False)
+    passes = []
+    handle = whole.model.register_forward_hook(lambda *_: passes.append(1))
+    try:
+        rows = whole.next_token_logprobs(reqs, REFLECTIVE)
+    finally:
+        handle.remove()
+    assert len(passes) == 1
+    for a, b in zip(rows, lean.next_token_logprobs(reqs, REFLECTIVE)):
+        assert a == pytest.approx(b, abs=1e-4)
     tight = HFBackend(dataclasses.replace(TINY, special_tokens=REFLECTIVE), batch_size=2, prefix_cache_mb=1e-3)
     tight.next_token_logprobs(reqs, REFLECTIVE)  # over the bound: only the most recent cache stays
     assert len(tight._caches) == 1 and tight._kept_bytes == next(iter(tight._caches.values())).nbytes

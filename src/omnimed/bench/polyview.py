@@ -49,7 +49,8 @@ PARTS = ("utility_encoder", "relevance_judge", "supplement_judge", "authority", 
 class PolyviewBenchConfig:
     """``queries`` timed after ``warmup`` untimed ones, each with ``candidates`` passages from the world of
     ``world_size``; ``relevance_judge`` / ``supplement_judge``: a ``conf/model`` name or a trained judge's export
-    served by the hf backend (``batch_size`` rows a forward pass, ``device``); ``utility_encoder``: a ``conf/model``
+    served by the hf backend (``batch_size`` rows a forward pass, ``device``, ``dtype``: the backend's, None for the
+    judges' own); ``utility_encoder``: a ``conf/model``
     encoder name or an export folder; ``domain``: the paper's view weights; ``threads``: ``torch.set_num_threads``
     (None: torch's default); ``goal_ms``: the latency goal for the median query."""
 
@@ -64,6 +65,7 @@ class PolyviewBenchConfig:
     domain: str = "inquiry"
     batch_size: int = 8
     device: str = "cpu"
+    dtype: str | None = None
     threads: int | None = 2
     goal_ms: float = 200.0
 
@@ -169,7 +171,7 @@ def bench_polyview(cfg: PolyviewBenchConfig | None = None, log: Callable[[str], 
     from omnimed.knowledge.build import build_knowledge_base
     from omnimed.knowledge.config import KnowledgeConfig
     from omnimed.knowledge.corpus import world_of
-    from omnimed.methods.polyrag import views
+    from omnimed.methods.polyrag import judges, views
     from omnimed.methods.polyrag.candidates import search_candidates, text_sources
     from omnimed.methods.polyrag.method import PolyRAG, PolyRAGConfig
 
@@ -192,7 +194,7 @@ def bench_polyview(cfg: PolyviewBenchConfig | None = None, log: Callable[[str], 
                                        supplement_judge=cfg.supplement_judge, utility_encoder=cfg.utility_encoder)
         method = PolyRAG(pipeline)
         backend = dataclasses.replace(load_option("backend", "hf", BackendConfig), cache=False, device=cfg.device,
-                                      batch_size=cfg.batch_size)
+                                      dtype=cfg.dtype, batch_size=cfg.batch_size)
         method.serve(backend, None)
         found = search_candidates(kb, [q.question for q in questions], cfg.candidates,
                                   sources=text_sources(kb, pipeline.sources, "pipeline.sources"),
@@ -236,9 +238,10 @@ def bench_polyview(cfg: PolyviewBenchConfig | None = None, log: Callable[[str], 
     parts = {p: round(statistics.median(r["parts_ms"][p] for r in per_query), 3) for p in (*PARTS, "other")}
     result.update(
         queries=len(per_query), warmup_queries=cfg.warmup, candidates_per_query=cfg.candidates,
-        threads=torch.get_num_threads(), device=cfg.device,
+        threads=torch.get_num_threads(), device=cfg.device, dtype=cfg.dtype,
         judges={"relevance": cfg.relevance_judge, "supplement": cfg.supplement_judge,
                 "backend": "hf", "call_cache": False, "prefix_cache_mb": backend.prefix_cache_mb,
+                "share_prefix": getattr(method._judges.get(judges.RELEVANCE_TASK), "share_prefix", None),
                 "batch_size": backend.batch_size},
         utility_encoder=cfg.utility_encoder, cold=True,
         median_ms=round(median, 3), p90_ms=round(_percentile(ms, 90), 3), mean_ms=round(statistics.fmean(ms), 3),

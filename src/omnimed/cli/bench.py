@@ -15,7 +15,8 @@
                         --max-new-tokens 256 --base-url http://127.0.0.1:8000/v1 --out outputs/bench/plan.json]
     omnimed-bench polyview [--queries 20 --warmup 2 --candidates 15 --world-size small --threads 2
                             --relevance-judge smollm2-135m --supplement-judge smollm2-135m --utility-encoder minilm-l6
-                            --domain inquiry --goal-ms 200 --out outputs/bench/polyview.json]
+                            --domain inquiry --batch-size 8 --device cpu --dtype float32 --goal-ms 200
+                            --out outputs/bench/polyview.json]
     omnimed-bench distill [--model minilm-l6 --accelerator cpu --precision 32-true --gradient-checkpointing
                            --steps 20 --warmup 3 --batch-size 4 --window 8 --threads 2 --repeats 1 --world-size small
                            --dropout/--no-dropout --isolate/--no-isolate --sides ours st --out outputs/bench/distill.json]
@@ -177,6 +178,7 @@ def _parser() -> argparse.ArgumentParser:
                           help="the paper's view weights of this domain")
     polyview.add_argument("--batch-size", type=int, default=v.batch_size, help="the judges' rows per forward pass")
     polyview.add_argument("--device", default=v.device, help="where the judges run (cpu | cuda)")
+    polyview.add_argument("--dtype", default=v.dtype, help="the judges' dtype (default: float32 for an export folder)")
     polyview.add_argument("--threads", type=int, default=v.threads, help="torch.set_num_threads")
     polyview.add_argument("--goal-ms", type=float, default=v.goal_ms, help="latency goal for the median query")
     polyview.add_argument("--out", default="outputs/bench/polyview.json", help="result JSON (written atomically)")
@@ -390,7 +392,8 @@ def polyview_table(result: dict[str, Any]) -> Table:
     table = Table(
         title=f"omnimed-bench polyview: PolyRAG rank, {result['queries']} cold queries x "
               f"{result['candidates_per_query']} candidates, every view; judges {cfg['relevance_judge']} / "
-              f"{cfg['supplement_judge']} (hf, {result['device']}), utility {cfg['utility_encoder']}, "
+              f"{cfg['supplement_judge']} (hf, {result['device']}, {result.get('dtype') or 'float32'}), "
+              f"utility {cfg['utility_encoder']}, "
               f"{result['threads']} threads",
         caption=f"{hw['cpu']}, {hw['cores']} usable cores; load avg 1m {hw['load_avg_1m']:.2f} at start, "
                 f"{hw.get('load_avg_1m_end', float('nan')):.2f} at end")
@@ -417,7 +420,7 @@ def run_polyview(args: argparse.Namespace, out_console: Console | None = None) -
                               world_size=args.world_size, relevance_judge=args.relevance_judge,
                               supplement_judge=args.supplement_judge, utility_encoder=args.utility_encoder,
                               domain=args.domain, batch_size=args.batch_size, device=args.device,
-                              threads=args.threads, goal_ms=args.goal_ms)
+                              dtype=args.dtype, threads=args.threads, goal_ms=args.goal_ms)
     cons = out_console or console
     result = bench_polyview(cfg, log=cons.print)
     _publish(result, polyview_table(result), args.out, cons, f" ({result['wall_s']} s)")

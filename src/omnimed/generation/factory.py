@@ -23,6 +23,9 @@ class BackendConfig:
     id; for openai the served model name. ``None``: the run's ``model`` config (its ``name`` for openai).
     ``cache``: memoise every call in ``cache_dir`` (default ``<paths.cache>/generation``).
     ``prefix_cache_mb`` (hf): memory for the key/value caches of scored prompts kept for their continuations.
+    ``share_prefix`` (hf): a prompt that a ``next_token_logprobs`` call's rows share is run once, then each row's
+    rest after it; ``None``: on the CPU only, where arithmetic is the cost (on a GPU a small model's forward pass
+    costs its kernel launches, so one padded batch of whole rows is faster than two passes).
     """
 
     name: str = "hf"
@@ -37,6 +40,7 @@ class BackendConfig:
     device: str = "auto"
     dtype: Optional[str] = None
     prefix_cache_mb: float = 2048.0
+    share_prefix: Optional[bool] = None
     extra_body: Dict[str, Any] = field(default_factory=dict)
     cache: bool = True
     cache_dir: Optional[str] = None
@@ -86,7 +90,7 @@ def build_backend(cfg: Any, *, model: Any = None, world: Any = None,
 
         backend = HFBackend(cfg.model or model or "smollm2-135m", batch_size=cfg.batch_size,
                             max_length=cfg.max_length, device=cfg.device, dtype=cfg.dtype,
-                            prefix_cache_mb=cfg.prefix_cache_mb)
+                            prefix_cache_mb=cfg.prefix_cache_mb, share_prefix=cfg.share_prefix)
     elif cfg.name == "vllm":
         if importlib.util.find_spec("vllm") is None:
             from omnimed.generation.vllm_backend import INSTALL_HINT

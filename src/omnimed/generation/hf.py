@@ -101,7 +101,8 @@ class HFBackend:
     are. ``max_length``: the longest prompt accepted, in tokens (default: the model's context size); a longer one
     fails that request (``Generation.error``; ``score`` raises). ``dtype``: overrides the config's.
     ``prefix_cache_mb``: memory for the key/value caches of scored prompts that ``next_token_logprobs`` keeps for
-    their continuations (0 keeps none; prompts shared within one call are still computed once).
+    their continuations (0 keeps none; prompts shared within one call are still computed once). ``share_prefix``:
+    compute a prompt that one call's rows share once (default: on the CPU only; see ``BackendConfig``).
     """
 
     name = "hf"
@@ -116,6 +117,7 @@ class HFBackend:
         device: str = "cpu",
         dtype: str | None = None,
         prefix_cache_mb: float = 2048,
+        share_prefix: bool | None = None,
     ) -> None:
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -134,7 +136,9 @@ class HFBackend:
         self._keep_last = {"logits_to_keep": 1} if self._keep_arg else {}
         self._caches: OrderedDict[tuple[int, ...], _Cached] = OrderedDict()
         self._cache_bytes = int(prefix_cache_mb * 2**20)
+        self.share_prefix = self.device.type == "cpu" if share_prefix is None else bool(share_prefix)
         self._kept_bytes = 0  # what the kept caches hold, kept beside them so keeping one more need not re-sum all
+        self._token_ids: dict[str, int] = {}  # get_vocab() builds the whole vocabulary each call: looked up once
         eos = self.model.generation_config.eos_token_id
         eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos]) | {self.tokenizer.eos_token_id}
         self._eos_ids = {int(i) for i in eos_ids if i is not None}
@@ -178,6 +182,11 @@ class HFBackend:
 
     def token_id(self, token: str) -> int:
         """The id of ``token``: a vocabulary entry (added tokens included) or text that encodes to one token."""
+        if token not in self._token_ids:
+            self._token_ids[token] = self._find_token_id(token)
+        return self._token_ids[token]
+
+    def _find_token_id(self, token: str) -> int:
         tid = self.tokenizer.get_vocab().get(token)
         if tid is None:
             ids = self.tokenizer(token, add_special_tokens=False)["input_ids"]
@@ -326,8 +335,10 @@ class HFBackend:
             if hit is None:
                 fresh.append(i)
             else:  # a continuation of a row scored before: only its new tokens are computed
-                out[i] = self._logprobs(self._extend(hit, row)[0], ids)
-        for prefix, group in shared_prefix_groups([encoded[i] for i in fresh]):
+                out[i] = self._logprobs(self._extend(hit, row)[0][None], ids)[0]
+        groups = (shared_prefix_groups([encoded[i] for i in fresh]) if self.share_prefix
+                  else [(0, list(range(len(fresh))))] if fresh else [])
+        for prefix, group in groups:
             group = sorted((fresh[g] for g in group), key=lambda i: len(encoded[i]))
             head = self._extend(None, encoded[group[0]][:prefix])[1] if prefix else None
             for chunk in chunks(group, self.batch_size):
@@ -335,14 +346,16 @@ class HFBackend:
                     last = self._last_logits([encoded[i] for i in chunk], 1)
                 else:
                     last = self._last_logits_after(head, [encoded[i] for i in chunk])
-                for j, i in enumerate(chunk):
-                    out[i] = self._logprobs(last[j], ids)
+                for i, scores in zip(chunk, self._logprobs(last, ids)):
+                    out[i] = scores
         return out
 
     @staticmethod
-    def _logprobs(last: torch.Tensor, ids: dict[str, int]) -> dict[str, float]:
-        logprobs = torch.log_softmax(last[-1].float(), dim=-1)
-        return {t: float(logprobs[tid]) for t, tid in ids.items()}
+    def _logprobs(last: torch.Tensor, ids: dict[str, int]) -> list[dict[str, float]]:
+        """Each row's log-probabilities of ``ids`` at its last position (``last``: [rows, positions, vocab]), read
+        back in one transfer rather than one per token and row."""
+        logprobs = torch.log_softmax(last[:, -1].float(), dim=-1)[:, list(ids.values())].tolist()
+        return [dict(zip(ids, row)) for row in logprobs]
 
     # ------------------------------------------------------------------------------------------- prompt caches
     # Scored rows keep their key/value cache (least recently used dropped beyond ``prefix_cache_mb``): a row that

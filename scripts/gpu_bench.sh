@@ -127,8 +127,9 @@ EOF
   bench polyview "${args[@]}" --out "$out/polyview-fp32.json" &&
   bench polyview "${args[@]}" --dtype bfloat16 --out "$out/polyview-bf16.json"
 }
-zero3_1b() { bench train "${big[@]}" --strategy deepspeed_zero3 --out "$out/zero3-1b.json"; }
-single_1b() { bench train "${big[@]}" --strategy single --out "$out/single-1b.json"; }
+# TRAIN_EXTRA: more `omnimed-bench train` arguments for these two (the last of a repeated one wins)
+zero3_1b() { bench train "${big[@]}" --strategy deepspeed_zero3 --out "$out/zero3-1b.json" ${TRAIN_EXTRA:-}; }
+single_1b() { bench train "${big[@]}" --strategy single --out "$out/single-1b.json" ${TRAIN_EXTRA:-}; }
 bf16_vs_fp32() {
   local small=(--model smollm2-135m-shape --lora-r 0 --sides ours --steps 5 --warmup 0 --lr 1e-3 --batch-size 4
                --max-length 256 --repeats 1)

@@ -89,6 +89,18 @@ def test_mfu_counts_tied_embeddings_once() -> None:
         TrainBenchConfig(lora_r=-1).validate()
 
 
+def test_the_train_bench_turns_our_lean_mlp_off_on_request() -> None:
+    """``--no-lean-mlp`` (a GPU with memory to spare: the recomputation costs 2-3% of a step there) reaches our
+    side's model config; TRL's side never has it."""
+    from omnimed.bench.train_config import TrainBenchConfig, model_config, trl_model_config
+    from omnimed.cli.bench import _parser
+
+    assert _parser().parse_args(["train"]).lean_mlp and not _parser().parse_args(["train", "--no-lean-mlp"]).lean_mlp
+    on, off = (model_config(TrainBenchConfig(model=m, lean_mlp=lean)) for m, lean in
+               (("tiny-llama", True), ("smollm2-135m", False)))
+    assert on.lean_mlp and not off.lean_mlp and not trl_model_config(on).lean_mlp
+
+
 @pytest.mark.timeout(240)
 def test_bench_train_full_fine_tuning_under_zero3_trains_every_weight_alike(tmp_path) -> None:
     """``--lora-r 0 --strategy deepspeed_zero3 --packing`` (the GPU scenario's options, fp32 on CPU): both sides

@@ -26,6 +26,9 @@ def test_the_cli_reads_the_polyview_and_distill_options():
     assert (v.relevance_judge, v.supplement_judge, v.utility_encoder) == ("smollm2-135m", "smollm2-135m", "minilm-l6")
     v = _parser().parse_args(["polyview", "--relevance-judge", "/exports/judge", "--utility-encoder", "/exports/u"])
     assert v.relevance_judge == "/exports/judge" and v.utility_encoder == "/exports/u"
+    assert (v.device, v.dtype, v.batch_size) == ("cpu", None, 8)
+    v = _parser().parse_args(["polyview", "--device", "cuda", "--dtype", "bfloat16", "--batch-size", "16"])
+    assert (v.device, v.dtype, v.batch_size) == ("cuda", "bfloat16", 16)
     d = _parser().parse_args(["distill"])
     assert (d.steps, d.warmup, d.batch_size, d.window, d.threads) == (20, 3, 4, 8, 2)
     assert d.dropout and d.isolate and d.sides == ["ours", "st"] and d.goal_ratio == 1.0

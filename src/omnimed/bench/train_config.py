@@ -61,6 +61,7 @@ class TrainBenchConfig:
     trl_order: str = "matched"  # matched | native
     # ours: task.micro_batch_tokens (a batch of more positions runs as chunks of rows in the same step); None: whole
     micro_batch_tokens: int | None = 320  # conf/task/sft.yaml's
+    lean_mlp: bool = True  # ours: model.lean_mlp (activation and product recomputed in backward; TRL's side never)
     repeats: int = 1
     # a warmup step (0-based, 1 .. warmup-1) run under torch.profiler on both sides; its table lands in the result
     profile_step: int | None = None
@@ -113,9 +114,9 @@ def model_config(cfg: TrainBenchConfig) -> ModelConfig:
     lora = LoraSettings(enabled=cfg.lora_r > 0, r=max(cfg.lora_r, 1), alpha=cfg.lora_alpha, dropout=cfg.lora_dropout)
     if cfg.model in TINY_MODELS:  # random weights built here
         return ModelConfig(name=cfg.model, source="tiny", name_or_path=cfg.model, dtype="float32",
-                           attn_implementation="sdpa", lora=lora)
+                           attn_implementation="sdpa", lora=lora, lean_mlp=cfg.lean_mlp)
     return ModelConfig(name="smollm2-135m", source="packaged", name_or_path="smollm2-135m", dtype="float32",
-                       attn_implementation="sdpa", lora=lora)
+                       attn_implementation="sdpa", lora=lora, lean_mlp=cfg.lean_mlp)
 
 
 def trl_model_config(mcfg: ModelConfig) -> ModelConfig:

@@ -3,7 +3,7 @@
     omnimed-bench train [--steps 20 --warmup 3 --batch-size 4 --max-length 256 --threads 2 --packing/--no-packing
                          --repeats 1 --trl-order matched|native --micro-batch-tokens 320 --lora-r 16 --profile-step K
                          --accelerator cpu|cuda --precision 32-true|bf16-mixed --strategy single|deepspeed_zero3
-                         --out outputs/bench/train.json]
+                         --lean-mlp/--no-lean-mlp --out outputs/bench/train.json]
     omnimed-bench dpo [--steps 10 --warmup 2 --batch-size 4 --max-length 256 --threads 2 --repeats 3 --pairs N
                        --beta 0.1 --model smollm2-135m --sides ours trl --out outputs/bench/dpo.json]
     omnimed-bench world [--size large --seed 0]
@@ -108,6 +108,8 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--micro-batch-tokens", type=int, default=d.micro_batch_tokens,
                        help="ours: task.micro_batch_tokens (a longer batch runs as chunks of rows in one step; 0: "
                             "whole batches)")
+    train.add_argument("--lean-mlp", action=argparse.BooleanOptionalAction, default=d.lean_mlp,
+                       help="ours: model.lean_mlp (the MLP's activation and product recomputed in backward)")
     train.add_argument("--out", default=DEFAULT_TRAIN_OUT, help="result JSON (written atomically)")
 
     from omnimed.bench.dpo_config import DPOBenchConfig
@@ -313,7 +315,8 @@ def run_train(args: argparse.Namespace, out_console: Console | None = None) -> d
     from omnimed.bench.train_config import TrainBenchConfig
 
     cfg = TrainBenchConfig(**_side_by_side_fields(args), packing=args.packing, max_examples=args.max_examples,
-                           trl_order=args.trl_order, micro_batch_tokens=args.micro_batch_tokens or None)
+                           trl_order=args.trl_order, micro_batch_tokens=args.micro_batch_tokens or None,
+                           lean_mlp=args.lean_mlp)
     cons = out_console or console
     cons.print(f"benchmarking {', '.join(cfg.sides)} ({cfg.repeats} repeat(s)); each side runs in its own process")
     result = bench_train(cfg)

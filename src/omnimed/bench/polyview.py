@@ -50,9 +50,9 @@ class PolyviewBenchConfig:
     """``queries`` timed after ``warmup`` untimed ones, each with ``candidates`` passages from the world of
     ``world_size``; ``relevance_judge`` / ``supplement_judge``: a ``conf/model`` name or a trained judge's export
     served by the hf backend (``batch_size`` rows a forward pass, ``device``, ``dtype``: the backend's, None for the
-    judges' own); ``utility_encoder``: a ``conf/model``
-    encoder name or an export folder; ``domain``: the paper's view weights; ``threads``: ``torch.set_num_threads``
-    (None: torch's default); ``goal_ms``: the latency goal for the median query."""
+    judges' own); ``utility_encoder``: a ``conf/model`` encoder name or an export folder; ``domain``: the paper's
+    view weights; ``threads``: ``torch.set_num_threads`` (None: torch's default); ``goal_ms``: the latency goal for
+    the median query."""
 
     queries: int = 20
     warmup: int = 2

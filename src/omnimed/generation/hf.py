@@ -136,8 +136,8 @@ class HFBackend:
         self._keep_last = {"logits_to_keep": 1} if self._keep_arg else {}
         self._caches: OrderedDict[tuple[int, ...], _Cached] = OrderedDict()
         self._cache_bytes = int(prefix_cache_mb * 2**20)
-        self.share_prefix = self.device.type == "cpu" if share_prefix is None else bool(share_prefix)
         self._kept_bytes = 0  # what the kept caches hold, kept beside them so keeping one more need not re-sum all
+        self.share_prefix = self.device.type == "cpu" if share_prefix is None else bool(share_prefix)
         self._token_ids: dict[str, int] = {}  # get_vocab() builds the whole vocabulary each call: looked up once
         eos = self.model.generation_config.eos_token_id
         eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos]) | {self.tokenizer.eos_token_id}

@@ -18,8 +18,8 @@ def keep_threads():
     torch.set_num_threads(threads)
 
 
-def test_the_cli_reads_the_polyview_and_distill_options():
-    from omnimed.cli.bench import _parser
+def test_the_cli_reads_the_polyview_and_distill_options(monkeypatch):
+    from omnimed.cli.bench import _parser, run_distill
 
     v = _parser().parse_args(["polyview"])
     assert (v.queries, v.warmup, v.candidates, v.threads, v.goal_ms) == (20, 2, 15, 2, 200.0)
@@ -40,6 +40,18 @@ def test_the_cli_reads_the_polyview_and_distill_options():
                               "bf16-mixed", "--gradient-checkpointing", "--data", ".gpu-data/utility"])
     assert (d.model, d.accelerator, d.precision, d.gradient_checkpointing, d.data) == (
         "bge-m3-shape", "cuda", "bf16-mixed", True, ".gpu-data/utility")
+    # every option reaches the bench's config (--encode-batch-size once parsed and dropped: a GPU run timed the default)
+    seen = []
+
+    def bench(cfg, log=None):
+        seen.append(cfg)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("omnimed.bench.distill.bench_distill", bench)
+    for argv, chunk in (([], None), (["--encode-batch-size", "0"], 0), (["--encode-batch-size", "64"], 64)):
+        with pytest.raises(KeyboardInterrupt):
+            run_distill(_parser().parse_args(["distill", "--max-length", "128", *argv]))
+        assert (seen[-1].encode_batch_size, seen[-1].max_length) == (chunk, 128)
 
 
 @pytest.mark.timeout(240)

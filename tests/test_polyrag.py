@@ -187,6 +187,40 @@ def test_the_distilled_embedder_trains_through_the_engine_and_its_export_loads_a
     assert not optimizer.state and all(p.grad is None for p in module.parameters())
 
 
+def test_the_embedder_encodes_length_sorted_chunks_to_the_embeddings_of_one_padded_pass():
+    """task.encode_batch_size: a batch's texts go through the encoder in chunks sorted by length, each padded only to
+    its own longest text, and come back in their order with the embeddings (and gradients) of one pass over all."""
+    import dataclasses
+
+    from omnimed.conf import load_option
+    from omnimed.models.config import named_model_config
+    from omnimed.training.config import TaskConfig
+    from omnimed.training.distill import DistillModule
+
+    long = "a much longer passage about the dose of a drug in renal failure and how its levels are monitored"
+    texts = ["short", long + ", then what the guideline of 2021 says of it", "mid length text here", "x", long,
+             "two words", "a medium passage about a gene"]
+    task = load_option("task", "utility_embed", TaskConfig)
+    assert DistillModule(named_model_config("minilm-l6"), task).encode_batch_size == 32  # null: 32 on the CPU
+    whole = DistillModule(named_model_config("minilm-l6"), dataclasses.replace(task, encode_batch_size=0)).eval()
+    chunked = DistillModule(named_model_config("minilm-l6"), dataclasses.replace(task, encode_batch_size=2)).eval()
+    chunked.load_state_dict(whole.state_dict())
+    widths: dict[str, list[int]] = {"whole": [], "chunked": []}
+    for name, module in (("whole", whole), ("chunked", chunked)):
+        module.encoder[0].register_forward_pre_hook(
+            lambda _, args, w=widths[name]: w.append(args[0]["input_ids"].shape[1]))
+    one, parts = whole.embed(texts), chunked.embed(texts)
+    assert torch.allclose(one, parts, atol=1e-6)
+    assert len(widths["whole"]) == 1 and len(widths["chunked"]) == 4
+    # chunks pad to a multiple of 8 (aligned shapes for bf16 kernels), never beyond the whole pass's width + 7
+    assert widths["chunked"] == sorted(widths["chunked"]) and all(w % 8 == 0 for w in widths["chunked"])
+    assert widths["chunked"][-1] - 8 < widths["whole"][0] <= widths["chunked"][-1]
+    assert sum(w * 2 for w in widths["chunked"]) < 0.8 * widths["whole"][0] * len(texts)
+    grads = [torch.autograd.grad(m.embed(texts)[1:3].sum(), m.encoder[0].auto_model.embeddings.word_embeddings.weight)
+             [0] for m in (whole, chunked)]
+    assert torch.allclose(*grads, atol=1e-5)
+
+
 def test_an_interrupted_distillation_resumes_mid_epoch_to_the_weights_of_an_uninterrupted_run(utility, tmp_path):
     """`task=utility_embed` stopped after 2 of an epoch's batches and resumed (`ckpt_path=last`) ends with the
     weights of a run that trained its 4 steps straight: the resumed run skips the batches already trained on. (Its

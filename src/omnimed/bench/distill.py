@@ -7,7 +7,8 @@ the same model, data, batch size, passage window and optimisation, in samples (q
   logger, checkpoints or progress bar), as ``omnimed-train task=utility_embed`` trains it;
 - **st**: ``SentenceTransformerTrainer`` with ``SentenceTransformerTrainingArguments``. Its loss is
   sentence-transformers' own ``DistillKLDivLoss`` (cosine similarity, the same student and teacher temperatures;
-  query column embedded on its own, the passage columns merged into one forward pass, as ours does) less its
+  query column embedded on its own, the passage columns merged into one forward pass, as ours does on an
+  accelerator; on the CPU ours encodes length-sorted chunks of 32, ``encode_batch_size``, 0: one pass) less its
   ``student_temperature ** 2`` factor (:class:`ListwiseKLLoss`), so loss and gradients are ours exactly. Its dataset
   has the columns ``query, passage_0 .. passage_{window-1}, label`` (label: the teacher's score list), in our data
   module's batch order, read sequentially (the trainer's batch sampler is replaced); torch's AdamW
@@ -87,6 +88,7 @@ class DistillBenchConfig:
     accelerator: str = "cpu"
     precision: str = "32-true"
     gradient_checkpointing: bool = False
+    encode_batch_size: int | None = None
     data: str | None = None
     goal_ratio: float = 1.0
     loss_rtol: float = 1e-4
@@ -125,7 +127,8 @@ def task_config(cfg: DistillBenchConfig) -> Any:
     return dataclasses.replace(load_option("task", "utility_embed", TaskConfig), lr=cfg.lr, weight_decay=0.0,
                                warmup_ratio=cfg.warmup_ratio, scheduler="linear", max_length=cfg.max_length,
                                temperature=cfg.temperature, teacher_temperature=cfg.teacher_temperature,
-                               passage_window=cfg.window, in_batch_negatives=False)
+                               passage_window=cfg.window, in_batch_negatives=False,
+                               encode_batch_size=cfg.encode_batch_size)
 
 
 def warmup_steps(cfg: DistillBenchConfig) -> int:

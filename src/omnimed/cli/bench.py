@@ -199,6 +199,9 @@ def _parser() -> argparse.ArgumentParser:
     distill.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction,
                          default=k.gradient_checkpointing, help="activation checkpointing in both encoders")
     distill.add_argument("--max-length", type=int, default=k.max_length, help="tokens per query or passage")
+    distill.add_argument("--encode-batch-size", type=int, default=k.encode_batch_size,
+                         help="ours: texts per encoder pass, sorted by length (task.encode_batch_size; 0: one "
+                              "pass; unset: 32 on the CPU, one pass on a GPU)")
     distill.add_argument("--data", default=k.data,
                          help="a utility record set built beforehand (stage polyrag_utility) instead of labelling one")
     distill.add_argument("--steps", type=int, default=k.steps, help="timed steps (after warmup)")
@@ -492,7 +495,7 @@ def run_distill(args: argparse.Namespace, out_console: Console | None = None) ->
                              st_optim=args.st_optim, isolate=args.isolate, goal_ratio=args.goal_ratio,
                              model=args.model, accelerator=args.accelerator, precision=args.precision,
                              gradient_checkpointing=args.gradient_checkpointing, max_length=args.max_length,
-                             data=args.data)
+                             encode_batch_size=args.encode_batch_size, data=args.data)
     cons = out_console or console
     result = bench_distill(cfg, log=cons.print)
     _publish(result, distill_table(result), args.out, cons, f" ({result['wall_s']} s)")

@@ -129,8 +129,29 @@ class DistillModule(L.LightningModule):
         if model_cfg.gradient_checkpointing:  # FlagEmbedding's BGE-M3 recipe: a 50-passage window's activations
             self.encoder.gradient_checkpointing_enable({"use_reentrant": False})
 
+    @property
+    def encode_batch_size(self) -> int:
+        """Texts per encoder pass (0: all in one): ``task.encode_batch_size``, or when it is null 32 on the CPU and
+        one pass elsewhere (on an H200 chunks of 32 made a step 2.6x slower; on 2 CPU cores 1.9x faster)."""
+        chunk = self.task_cfg.encode_batch_size
+        return chunk if chunk is not None else (32 if self.device.type == "cpu" else 0)
+
     def embed(self, texts: Sequence[str]) -> torch.Tensor:
-        features = self.encoder.preprocess(list(texts))  # tokenize() is deprecated in sentence-transformers 6
+        """Normalised embeddings of ``texts`` in their order, encoded in chunks of :attr:`encode_batch_size` texts
+        sorted by token length, so each chunk pads only to its own longest text (16 windows of 50 of the small
+        world's passages padded whole are 30% padding); the embeddings are the same either way."""
+        texts, chunk = list(texts), self.encode_batch_size
+        if not chunk or len(texts) <= chunk:
+            return self._encode(texts)
+        lengths = [len(ids) for ids in self.encoder.tokenizer(texts, add_special_tokens=False)["input_ids"]]
+        order = sorted(range(len(texts)), key=lengths.__getitem__)
+        parts = [self._encode([texts[i] for i in order[s:s + chunk]], pad_to_multiple_of=8)
+                 for s in range(0, len(texts), chunk)]  # widths a multiple of 8: aligned for bf16 kernels on GPUs
+        return torch.cat(parts)[torch.tensor(order, device=self.device).argsort()]
+
+    def _encode(self, texts: list[str], pad_to_multiple_of: int | None = None) -> torch.Tensor:
+        padding = {"text": {"pad_to_multiple_of": pad_to_multiple_of}} if pad_to_multiple_of else None
+        features = self.encoder.preprocess(texts, processing_kwargs=padding)  # tokenize() is deprecated in st 6
         features = on_device(features, self.device)
         return F.normalize(self.encoder(features)["sentence_embedding"], dim=-1)
 

@@ -125,5 +125,6 @@ def test_distill_refuses_bf16_on_the_cpu():
 def test_distill_refuses_too_few_training_queries_before_loading_a_model():
     from omnimed.bench.distill import bench_distill
 
-    with pytest.raises(ValueError, match="training queries with >= 8 passages; .* = 400 are needed"):
+    with pytest.raises(ValueError, match=r"the tiny world gives \d+ training queries with >= 8 passages \(--window\); "
+                                         r".* = 400 are needed"):
         bench_distill(world_size="tiny", steps=97, warmup=3, isolate=False)

@@ -168,9 +168,10 @@ def load_examples(cfg: DistillBenchConfig, path: str | Path) -> list[Any]:
 
     records = [r for r in load_record_set(path, UtilityExample) if len(r.passages) >= cfg.window]
     if len(records) < cfg.examples:
-        raise ValueError(f"the {cfg.world_size} world gives {len(records)} training queries with >= {cfg.window} "
-                         f"passages; (warmup + steps) * batch_size = {cfg.examples} are needed: lower them or use a "
-                         "larger --world-size")
+        where, remedy = ((f"{path} (--data)", "another --data set") if cfg.data
+                         else (f"the {cfg.world_size} world", "a larger --world-size"))
+        raise ValueError(f"{where} gives {len(records)} training queries with >= {cfg.window} passages (--window); "
+                         f"(warmup + steps) * batch_size = {cfg.examples} are needed: lower them or use {remedy}")
     return records[: cfg.examples]
 
 

@@ -145,8 +145,8 @@ class DistillModule(L.LightningModule):
             return self._encode(texts)
         lengths = [len(ids) for ids in self.encoder.tokenizer(texts, add_special_tokens=False)["input_ids"]]
         order = sorted(range(len(texts)), key=lengths.__getitem__)
-        parts = [self._encode([texts[i] for i in order[s:s + chunk]], pad_to_multiple_of=8)
-                 for s in range(0, len(texts), chunk)]  # widths a multiple of 8: aligned for bf16 kernels on GPUs
+        parts = [self._encode([texts[i] for i in part], pad_to_multiple_of=8)  # widths aligned for bf16 kernels
+                 for part in chunked(order, chunk)]
         return torch.cat(parts)[torch.tensor(order, device=self.device).argsort()]
 
     def _encode(self, texts: list[str], pad_to_multiple_of: int | None = None) -> torch.Tensor:

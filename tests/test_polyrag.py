@@ -369,6 +369,32 @@ def test_cover_takes_each_topics_best_before_any_topics_second_and_paper_weights
         weights_for("care", {"novelty": 1.0})
 
 
+def test_view_weights_given_on_the_command_line_replace_the_domains():
+    """The view ablation's equal-weights row and a researcher's own mixture set ``pipeline.weights`` from the
+    command line, as a whole dict or one view at a time; views left unset weigh 0, none set: the domain's."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from omnimed.cli.common import conf_dir
+    from omnimed.evaluation.config import register_evaluate_configs
+    from omnimed.methods.polyrag.mixture import PAPER_WEIGHTS, weights_for
+
+    register_evaluate_configs()
+    GlobalHydra.instance().clear()
+    equal = "pipeline.weights={relevance: 0.2, utility: 0.2, supplement: 0.2, authority: 0.2, timeliness: 0.2}"
+    with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
+        def weights(*overrides: str) -> dict[str, float]:
+            cfg = compose("evaluate", overrides=["pipeline=polyrag", "pipeline.domain=care", *overrides]).pipeline
+            return weights_for(cfg.domain, cfg.weights)
+
+        assert weights(equal) == dict.fromkeys(PAPER_WEIGHTS["care"], 0.2)
+        assert weights("pipeline.weights.utility=1") == {**dict.fromkeys(PAPER_WEIGHTS["care"], 0.0), "utility": 1.0}
+        assert weights() == PAPER_WEIGHTS["care"]
+        with pytest.raises(Exception, match="novelty"):
+            weights("pipeline.weights={novelty: 1}")
+    GlobalHydra.instance().clear()
+
+
 # ---------------------------------------------------------------------------------------------- judges, method
 def test_judge_data_labels_pairs_as_the_oracle_does_and_caps_each_label(tmp_path, world_tiny, kb_tiny):
     from omnimed.knowledge.config import KnowledgeConfig
@@ -469,6 +495,10 @@ def test_table1_runs_polyrag_once_per_domain_with_that_domains_weights():
     (baseline,) = sweeps(plans["BM25"], m)
     assert baseline[0] == "" and len(baseline[1]) == 3
     assert any("polyrag-utility-embed-miniature/hf" in o for o in plans["POLYRAG"].overrides)
+    # R is the trained relevance judge, as in the paper (the judges table measured it against the encoder cosine)
+    assert any(o.startswith("pipeline.relevance_judge=") and o.endswith("polyrag-relevance-judge-miniature/hf")
+               for o in plans["POLYRAG"].overrides)
+    assert [s.creates for s in m.prepare["miniature"]][-1].endswith("polyrag-relevance-judge-miniature/hf")
 
 
 def test_the_embedder_and_judge_presets_compose_with_the_papers_settings():

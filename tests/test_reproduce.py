@@ -532,6 +532,40 @@ def test_training_seeds_train_each_seed_once_and_the_table_states_the_spread(tmp
         main([str(path), "--training-seeds", "zero"])
 
 
+def test_a_stored_seed_spread_is_not_stated_for_a_row_whose_definition_changed_since(tmp_path):
+    """A spread over training seeds describes the rows as they were defined when it was measured: once a row's
+    overrides (or the prepare steps it reads) change, a later single-seed run states no spread for it, and says so;
+    the rows left as they were keep theirs."""
+    from omnimed.tables.report import Cell, spread_lines
+    from omnimed.tables.reproduce import read_seed_spread, seed_spread
+
+    rows = [{**ROWS[0], "preset_overrides": {"miniature": ["knowledge.world_seed={train_seed}"]}}, ROWS[1]]
+    path = manifest(tmp_path, rows)
+    m = load_manifest(path)
+    per_seed = {s: {"BM25": {"World": Cell(ours=50.0 + s, status="measured")},
+                    "Dense": {"World": Cell(ours=40.0 + 2 * s, status="measured")}} for s in (0, 1, 2)}
+    stored = tmp_path / "table1.seeds.json"
+    stored.write_text(json.dumps(seed_spread(m, per_seed, "miniature")))
+    kept = read_seed_spread(stored, m, "miniature")
+    assert kept["changed"] == [] and set(kept["values"]) == {"BM25", "Dense"}
+    assert "| Dense | 40.0-44.0 (2.0) |" in "\n".join(spread_lines(m, kept))
+
+    data = yaml.safe_load(path.read_text())
+    data["rows"][1]["overrides"] = ["task.methods=[dense]", "task.k=3"]  # Dense is now another computation
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    edited = load_manifest(path)
+    spread = read_seed_spread(stored, edited, "miniature")
+    assert spread["changed"] == ["Dense"] and list(spread["values"]) == ["BM25"]
+    text = "\n".join(spread_lines(edited, spread))
+    assert "| BM25 | 50.0-52.0 (1.0) |" in text and "| Dense |" not in text
+    assert "Not stated for Dense: the manifest defines the row otherwise" in text
+    assert read_seed_spread(stored, edited, "paper") is None  # measured at another preset: nothing to state
+    data["rows"] = data["rows"][1:]  # a row since removed from the table is neither stated nor named
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    spread = read_seed_spread(stored, load_manifest(path), "miniature")
+    assert spread["values"] == {} and spread["changed"] == ["Dense"]
+
+
 def test_miniature_columns_are_labelled_by_what_they_hold_and_world_columns_are_distinct():
     """Each paper column a miniature table fills with world questions is its own question kind (the same set
     twice would make two 'datasets' one), and the report labels it by that content."""

@@ -111,7 +111,7 @@ def spread_lines(manifest: TableManifest, spread: dict) -> list[str]:
     seeds = ", ".join(map(str, spread["seeds"]))
     title = (f"Spread over training seeds {seeds} (measured {spread['measured']}; `omnimed-reproduce <table> "
              f"--training-seeds {','.join(map(str, spread['seeds']))}`): min-max (sd) of each cell.")
-    lines = ["", title, "", "| row | " + " | ".join(manifest.columns) + " |", "|---|" + "---|" * len(manifest.columns)]
+    body = []
     once = spread.get("ran_once", [])
     for row in manifest.rows:
         if row.name in once:
@@ -122,9 +122,17 @@ def spread_lines(manifest: TableManifest, spread: dict) -> list[str]:
             parts.append(f"{_fmt(min(vals))}-{_fmt(max(vals))} ({_fmt(statistics.stdev(vals))})" if len(vals) > 1
                          else "n/a")
         if any(part != "n/a" for part in parts):
-            lines.append(f"| {row.name} | " + " | ".join(parts) + " |")
+            body.append(f"| {row.name} | " + " | ".join(parts) + " |")
+    lines = ["", title]
+    if body:
+        lines += ["", "| row | " + " | ".join(manifest.columns) + " |", "|---|" + "---|" * len(manifest.columns), *body]
     if once:
         lines += ["", f"Run once for all seeds (they read nothing trained with the seed): {', '.join(once)}."]
+    changed = spread.get("changed", [])
+    if changed:
+        lines += ["", f"Not stated for {', '.join(changed)}: the manifest defines the row otherwise than when its "
+                  "spread was measured (its overrides, the preset or the prepare steps changed); `--training-seeds` "
+                  "measures it again."]
     return lines
 
 

@@ -9,6 +9,7 @@ run's overrides are composed with the chosen launcher, so a bad row or launcher 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import subprocess
@@ -379,7 +380,22 @@ def seed_spread(manifest: TableManifest, per_seed: dict[int, dict[str, dict[str,
     values = {row.name: {col: [per_seed[s].get(row.name, {}).get(col, Cell()).ours for s in per_seed]
                          for col in manifest.columns} for row in manifest.rows}
     return {"preset": preset, "seeds": list(per_seed), "measured": date.today().isoformat(), "values": values,
-            "ran_once": list(ran_once)}
+            "ran_once": list(ran_once), "definitions": row_definitions(manifest, preset, ran_once)}
+
+
+def row_definitions(manifest: TableManifest, preset: str, ran_once: Sequence[str] = ()) -> dict[str, str]:
+    """A digest per row of what the manifest makes its runs at ``preset`` (the table's task, metrics, preset,
+    datasets and column overrides, the row's own overrides and, unless the row reads nothing trained with the seed
+    (``ran_once``), the prepare steps): a stored spread is stated only for rows whose definition is unchanged."""
+    shared = {"table": manifest.model_dump(include={"task", "metric", "metrics", "column_overrides"}),
+              "preset": manifest.presets.get(preset), "datasets": manifest.datasets.get(preset)}
+    prepare = [step.model_dump() for step in manifest.prepare.get(preset, [])]
+    out = {}
+    for row in manifest.rows:
+        own = {"row": row.model_dump(include={"method", "overrides", "column_overrides"}),
+               "row_preset": row.preset_overrides.get(preset), "prepare": None if row.name in ran_once else prepare}
+        out[row.name] = hashlib.sha256(json.dumps([shared, own], sort_keys=True).encode()).hexdigest()[:16]
+    return out
 
 
 def seed_independent_rows(plans_by_seed: dict[int, list[RowPlan]]) -> list[str]:
@@ -397,12 +413,21 @@ def seed_independent_rows(plans_by_seed: dict[int, list[RowPlan]]) -> list[str]:
     return once
 
 
-def read_seed_spread(path: Path, preset: str) -> dict | None:
-    """The stored spread over training seeds of this table at ``preset``, if one was measured."""
+def read_seed_spread(path: Path, manifest: TableManifest, preset: str) -> dict | None:
+    """The stored spread over training seeds of this table at ``preset``, if one was measured, less the rows whose
+    definition changed since (listed under ``changed``: their spread no longer describes them)."""
     if not path.is_file():
         return None
     spread = json.loads(path.read_text())
-    return spread if spread.get("preset") == preset else None
+    if spread.get("preset") != preset:
+        return None
+    stored = spread.get("definitions", {})
+    now = row_definitions(manifest, preset, spread.get("ran_once", []))
+    kept = [name for name in spread["values"] if name in now and stored.get(name) == now[name]]
+    changed = [name for name in spread["values"] if name in now and name not in kept]  # rows since removed: dropped
+    spread["values"] = {name: spread["values"][name] for name in kept}
+    spread["ran_once"] = [name for name in spread.get("ran_once", []) if name in kept]
+    return {**spread, "changed": changed}
 
 
 def _fill_averages(manifest: TableManifest, preset: str, row_cells: dict[str, Cell]) -> None:
@@ -516,7 +541,7 @@ def reproduce(
         out_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(spread_file, json.dumps(spread, indent=1) + "\n")
     else:
-        spread = read_seed_spread(spread_file, preset)
+        spread = read_seed_spread(spread_file, manifest, preset)
     paths = write_report(manifest, cells, out_dir, preset, column_resolution(manifest, cells), spread)
     if len(seeds) > 1:
         paths["seeds"] = spread_file

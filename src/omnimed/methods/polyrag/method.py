@@ -31,6 +31,7 @@ from omnimed.methods.polyrag.candidates import search_candidates, text_sources
 from omnimed.methods.polyrag.judge_data import JudgeDataConfig, build_judge_data
 from omnimed.methods.polyrag.mixture import (
     ComposabilityConfig,
+    ViewWeights,
     check_composability,
     mix,
     select,
@@ -55,7 +56,7 @@ class PolyRAGConfig(PipelineConfig):
     top_k: int = 3
     candidates: int = 15
     domain: str = "inquiry"
-    weights: Optional[dict[str, float]] = None
+    weights: ViewWeights = field(default_factory=ViewWeights)
     drop_views: list[str] = field(default_factory=list)
     normalize: bool = True
     utility_encoder: Optional[str] = None

@@ -6,7 +6,7 @@ a DBSCAN noise point is a topic of its own."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, is_dataclass
 
 import numpy as np
 
@@ -34,8 +34,24 @@ class ComposabilityConfig:
     min_samples: int = 2
 
 
-def weights_for(domain: str, weights: Mapping[str, float] | None) -> dict[str, float]:
-    """The view weights: ``weights`` when given (every view named, each >= 0), else the paper's for ``domain``."""
+@dataclass
+class ViewWeights:
+    """Eq. 7's weights a1..a5 by view (``pipeline.weights.utility=0.5`` or ``pipeline.weights={relevance: 0.2,
+    ...}``): when any is set, the set ones are the weights (a view left null weighs 0); all null, the domain's."""
+
+    relevance: float | None = None
+    utility: float | None = None
+    supplement: float | None = None
+    authority: float | None = None
+    timeliness: float | None = None
+
+
+def weights_for(domain: str, weights: Mapping[str, float | None] | ViewWeights | None) -> dict[str, float]:
+    """The view weights: those ``weights`` sets (each >= 0; a view not set weighs 0), else the paper's for
+    ``domain``."""
+    if is_dataclass(weights):
+        weights = asdict(weights)
+    weights = {v: w for v, w in (weights or {}).items() if w is not None}
     if weights:
         unknown = sorted(set(weights) - set(VIEWS))
         if unknown or any(w < 0 for w in weights.values()):

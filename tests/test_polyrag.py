@@ -535,7 +535,8 @@ def test_the_view_ablation_is_a_table_of_ours_and_may_carry_no_published_number(
 
     src = Path(__file__).resolve().parents[1] / "experiments" / "polyrag" / "ablation.yaml"
     m = load_manifest(src)
-    assert m.unpublished and all(not r.published for r in m.rows) and len(m.rows) == 8
+    assert m.unpublished and all(not r.published for r in m.rows) and len(m.rows) == 9
+    assert m.rows[-1].name == "equal weights" and any("pipeline.weights=" in o for o in m.rows[-1].overrides)
     data = yaml.safe_load(src.read_text())
     data["rows"][0]["published"] = {"CARE/HIT@3": 50.0}
     data.pop("prepare")

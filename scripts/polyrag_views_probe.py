@@ -46,7 +46,8 @@ def _yaml(path: str, schema: type):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("kind")
+    ap.add_argument("kind", help="a multiple-choice question kind (treatment, ...), or open / open:<kind> for the "
+                    "open questions (table 2)")
     ap.add_argument("domain")
     ap.add_argument("n", type=int)
     ap.add_argument("--split", default="test")
@@ -61,7 +62,12 @@ def main() -> None:
     kcfg.dense.encoder = args.encoder
     kb = build_knowledge_base(kcfg, Path("."), progress=False)
     world = world_of(kcfg)
-    questions = [q for q in world.questions if q.split == args.split and q.metadata.get("kind") == args.kind]
+    if args.kind.startswith("open"):  # the open questions (table 2), all kinds or one: open:<kind>
+        kind = args.kind.partition(":")[2]
+        questions = [q for q in world.open_questions
+                     if q.split == args.split and (not kind or q.metadata.get("kind") == kind)]
+    else:
+        questions = [q for q in world.questions if q.split == args.split and q.metadata.get("kind") == args.kind]
     queries = pooled_queries(world_queries(questions, kb.sources))[: args.n]
     pools = candidate_pools(kb, queries, 15)
     cfg = _yaml("conf/pipeline/polyrag.yaml", PolyRAGConfig)

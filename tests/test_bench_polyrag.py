@@ -77,6 +77,12 @@ def test_polyview_times_fifteen_candidates_per_cold_query_with_every_view(tmp_pa
     assert 0 < result["median_ms"] <= result["p90_ms"] <= result["max_ms"]
     assert result["judges"]["call_cache"] is False and result["cold"] is True
     assert result["goal_ms"] == 200.0 and result["meets_goal"] == (result["median_ms"] <= 200.0)
+    # the arithmetic floor: a third, untimed question; two LM judges over 15 passages cost well over a GFLOP
+    arith = result["arithmetic"]
+    assert arith["question_id"] not in {r["question_id"] for r in rows}
+    assert arith["gflop_per_query"] > 1 and arith["matmul_gflops"] > 0
+    assert arith["floor_ms"] == pytest.approx(1000 * arith["gflop_per_query"] / arith["matmul_gflops"], rel=1e-2)
+    assert arith["goal_reachable"] == (arith["floor_ms"] <= 200.0)
 
 
 @pytest.mark.timeout(240)

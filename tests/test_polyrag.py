@@ -417,6 +417,39 @@ def test_judge_data_labels_pairs_as_the_oracle_does_and_caps_each_label(tmp_path
                          knowledge=k, log=quiet)
 
 
+def test_judge_data_with_open_questions_labels_them_too_and_caps_each_kind_of_question_apart(tmp_path, world_tiny,
+                                                                                             kb_tiny):
+    """``stage.open_questions``: the world's open (long-form) questions of the splits are labelled beside the
+    multiple-choice ones, each kind of question keeping at most ``keep_per_label`` pairs of a label, so the open
+    questions' pairs are not crowded out; without it the multiple-choice pairs are exactly as before."""
+    from collections import Counter
+
+    from omnimed.knowledge.config import KnowledgeConfig
+    from omnimed.methods.polyrag.judge_data import JudgeDataConfig, build_judge_data
+    from omnimed.methods.polyrag.judges import oracle_grade
+
+    k = KnowledgeConfig(name="world_tiny", world_size="tiny")
+    built = {}
+    for with_open in (False, True):
+        result = build_judge_data(JudgeDataConfig(judge="relevance", candidates=5, keep_per_label=6,
+                                                  open_questions=with_open, out=str(tmp_path / f"rel{with_open}")),
+                                  teacher=OracleBackend(world_tiny), kb=kb_tiny, knowledge=k, progress=False,
+                                  log=quiet)
+        built[with_open] = (result.counts, load_record_set(result.path, PromptCompletion))
+    open_ids = {q.id for q in world_tiny.open_questions}
+    (_, plain_records), (mixed, mixed_records) = built[False], built[True]
+    assert not any(r.metadata["question_id"] in open_ids for r in plain_records)
+    opened = [r for r in mixed_records if r.metadata["question_id"] in open_ids]
+    assert opened
+    assert mixed["open_question_labels"] == dict(sorted(Counter(r.metadata["label"] for r in opened).items()))
+    assert max(mixed["open_question_labels"].values()) <= 6
+    for r in opened:
+        assert r.completion[0].content == oracle_grade(world_tiny.oracle, r.metadata["question_id"],
+                                                       r.metadata["passage_id"])
+    # the multiple-choice pairs are the same draw with or without the open questions beside them
+    assert [r.id for r in mixed_records if r.metadata["question_id"] not in open_ids] == [r.id for r in plain_records]
+
+
 @pytest.mark.parametrize("pool", [None, 4], ids=["searched", "candidate-pool"])
 def test_polyrag_reranks_through_omnimed_evaluate_and_keeps_every_views_score(tmp_path, pool):
     out = tmp_path / "run"

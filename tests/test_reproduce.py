@@ -469,7 +469,8 @@ def test_each_row_is_paired_by_question_against_the_named_row_and_separated_pair
     many = [f"q{i}#0" for i in range(40)]
     best = {k: True for k in many}
     cells = {"Self-BioRAG": {"World": Cell(ours=100.0, status="measured", outcomes=best)},
-             "BM25": {"World": Cell(ours=25.0, status="measured", outcomes={k: i % 4 == 0 for i, k in enumerate(many)})},
+             "BM25": {"World": Cell(ours=25.0, status="measured",
+                                    outcomes={k: i % 4 == 0 for i, k in enumerate(many)})},
              "Dense": {"World": Cell(ours=97.5, status="measured", outcomes={k: i != 0 for i, k in enumerate(many)})}}
     text = markdown(m, cells, "miniature")
     assert "Paired by question: `Self-BioRAG` minus each row" in text
@@ -564,6 +565,8 @@ def test_a_stored_seed_spread_is_not_stated_for_a_row_whose_definition_changed_s
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     spread = read_seed_spread(stored, load_manifest(path), "miniature")
     assert spread["values"] == {} and spread["changed"] == ["Dense"]
+    text = "\n".join(spread_lines(load_manifest(path), spread))
+    assert "no row of this table states one" in text and "min-max" not in text  # no title over an absent table
 
 
 def test_miniature_columns_are_labelled_by_what_they_hold_and_world_columns_are_distinct():

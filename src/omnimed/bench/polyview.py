@@ -26,6 +26,12 @@ Reported: milliseconds per query (median, p90, mean, min, max and every query's)
 timeliness, mixture, topics and selection by wrapping those functions for the run; ``other``: the rest of
 ``rank``), the threads, and ``goal_ms`` (200) with ``meets_goal``: the median at most the goal. A miss is
 reported as it is, and the command still exits 0.
+
+``arithmetic`` says whether the goal is within the hardware's reach at all: one more cold query ranked under
+torch's ``FlopCounterMode`` gives the floating-point operations a query costs (the judges' forward passes are
+nearly all of them), and the best of a few square fp32 matrix products on the judges' device gives the rate the
+device reaches at its easiest arithmetic. Their quotient, ``floor_ms``, is a lower bound on a query's time with
+these models on this device whatever the code around them does; ``goal_reachable`` is it at most the goal.
 """
 
 from __future__ import annotations
@@ -154,6 +160,41 @@ def _queries(world: Any, n: int) -> list[Any]:
     return out
 
 
+def _matmul_gflops(device: str, size: int = 1024, repeats: int = 5) -> float:
+    """The device's fp32 matrix-product rate, GFLOP/s: the best of ``repeats`` ``size``-cubed products."""
+    import torch
+
+    a, b = (torch.randn(size, size, device=device) for _ in range(2))
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+    a @ b  # first call: kernels chosen, memory touched
+    sync()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        sync()
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best / 1e9
+
+
+def _arithmetic(method: Any, kb: Any, question: Any, candidates: list[Any], cfg: PolyviewBenchConfig,
+                ) -> dict[str, Any]:
+    """The floating-point operations of one more cold query and the latency floor they set on this device."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from omnimed.methods.polyrag import views
+
+    method._embedded.clear()
+    views._date_in_text.cache_clear()
+    with FlopCounterMode(display=False) as counter:
+        method.rank(question.id, question.question, candidates, kb)
+    gflop = counter.get_total_flops() / 1e9
+    rate = _matmul_gflops(cfg.device)
+    floor_ms = 1000 * gflop / rate
+    return {"question_id": question.id, "gflop_per_query": round(gflop, 3), "matmul_gflops": round(rate, 1),
+            "floor_ms": round(floor_ms, 1), "goal_reachable": floor_ms <= cfg.goal_ms}
+
+
 def _percentile(values: list[float], q: float) -> float:
     import numpy as np
 
@@ -188,7 +229,7 @@ def bench_polyview(cfg: PolyviewBenchConfig | None = None, log: Callable[[str], 
         say(f"building a BM25 knowledge base over the {cfg.world_size} world")
         kb = build_knowledge_base(knowledge, tmp, progress=False)
         kb.embeddings = None  # cold: no passage vector comes from the on-disk cache either
-        questions = _queries(world_of(knowledge), cfg.warmup + cfg.queries)
+        questions = _queries(world_of(knowledge), cfg.warmup + cfg.queries + 1)  # the last: arithmetic
         pipeline = dataclasses.replace(load_option("pipeline", PolyRAG.name, PolyRAGConfig), candidates=cfg.candidates,
                                        domain=cfg.domain, relevance_judge=cfg.relevance_judge,
                                        supplement_judge=cfg.supplement_judge, utility_encoder=cfg.utility_encoder)
@@ -216,7 +257,7 @@ def bench_polyview(cfg: PolyviewBenchConfig | None = None, log: Callable[[str], 
 
         say(f"timing {cfg.queries} queries, {cfg.candidates} candidates each, caches cleared before each")
         per_query: list[dict[str, Any]] = []
-        for q, cands in zip(questions[cfg.warmup:], found[cfg.warmup:]):
+        for q, cands in zip(questions[cfg.warmup:-1], found[cfg.warmup:-1]):
             clock: dict[str, float] = {}
             method._embedded.clear()  # PolyRAG's per-run passage embeddings: cold
             views._date_in_text.cache_clear()  # dates read from passage texts: cold
@@ -232,6 +273,8 @@ def bench_polyview(cfg: PolyviewBenchConfig | None = None, log: Callable[[str], 
             per_query.append({"question_id": q.id, "ms": round(1000 * total, 3), "candidates": len(ranked.passages),
                               "views": sorted(set(ranked.views[0]) & set(views.VIEWS)), "parts_ms": parts_ms})
             say(f"  query {len(per_query)}/{cfg.queries} ({q.id}): {1000 * total:,.0f} ms")
+        say("counting one more cold query's floating-point operations and the device's matrix-product rate")
+        result["arithmetic"] = _arithmetic(method, kb, questions[-1], found[-1], cfg)
 
     ms = [r["ms"] for r in per_query]
     median = statistics.median(ms)

@@ -19,7 +19,8 @@
                             --out outputs/bench/polyview.json]
     omnimed-bench distill [--model minilm-l6 --accelerator cpu --precision 32-true --gradient-checkpointing
                            --steps 20 --warmup 3 --batch-size 4 --window 8 --threads 2 --repeats 1 --world-size small
-                           --dropout/--no-dropout --isolate/--no-isolate --sides ours st --out outputs/bench/distill.json]
+                           --dropout/--no-dropout --isolate/--no-isolate --sides ours st
+                           --out outputs/bench/distill.json]
 
 ``train`` runs our SFT step (Lightning + ``SFTModule``) and TRL's ``SFTTrainer`` on the same model, data and
 settings, each side in its own child process, and prints tokens/s, step time, peak RSS, first-step loss and the
@@ -379,7 +380,8 @@ def run_plan(args: argparse.Namespace, out_console: Console | None = None) -> di
                         args.batch_size, args.threads, base_url=args.base_url, served_model=args.served_model)
     hw = result["hardware"]
     table = Table(title=f"omnimed-bench plan: {result['planner']}, {result['questions']} questions, batch "
-                        f"{result['batch_size']}, at most {result['max_new_tokens']} new tokens, {result['threads']} threads",
+                        f"{result['batch_size']}, at most {result['max_new_tokens']} new tokens, "
+                        f"{result['threads']} threads",
                   caption=f"{hw['cpu']}, {hw['cores']} usable cores; load avg 1m {hw['load_avg_1m']:.2f} at start")
     for column in ("backend", "s / sample", "generated tokens/s", "tokens / plan", "plans without problems"):
         table.add_column(column, justify="left" if column == "backend" else "right")
@@ -415,6 +417,11 @@ def polyview_table(result: dict[str, Any]) -> Table:
         table.add_row(f"  {part} (median)", fmt(ms, 4), fmt(result["parts_share"].get(part), 3))
     table.add_section()
     table.add_row(f"goal: median <= {fmt(result['goal_ms'])} ms", "", "met" if result["meets_goal"] else "NOT met")
+    arith = result.get("arithmetic")
+    if arith:
+        table.add_row(f"floor: {fmt(arith['gflop_per_query'], 4)} GFLOP a query at {fmt(arith['matmul_gflops'], 4)} "
+                      "GFLOP/s (best fp32 matmul)", fmt(arith["floor_ms"], 4),
+                      "goal within reach" if arith["goal_reachable"] else "goal out of reach here")
     return table
 
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Optional
 
 from omnimed.generation.types import Backend, GenerationError
+from omnimed.models.cache import cache_root as default_cache_root  # $OMNIMED_CACHE, else ~/.cache/omnimed
 
 BACKENDS: tuple[str, ...] = ("hf", "vllm", "openai", "oracle")
 
@@ -73,10 +73,6 @@ def _vllm_model(cfg: BackendConfig, model: Any) -> str:
     from omnimed.generation.hf import _as_model_config
 
     return str(resolve_model_path(_as_model_config(model)))
-
-
-def default_cache_root() -> Path:
-    return Path(os.environ.get("OMNIMED_CACHE") or Path.home() / ".cache" / "omnimed")
 
 
 def build_backend(cfg: Any, *, model: Any = None, world: Any = None,

@@ -75,7 +75,8 @@ def select_questions(questions: str, knowledge: Any, *, split: str, kinds: Seque
 
         if knowledge.corpus != "world":
             raise ValueError(f"stage.questions=world reads the synthetic world's questions; knowledge="
-                             f"{knowledge.name} has corpus={knowledge.corpus!r} (or set stage.questions=<records path>)")
+                             f"{knowledge.name} has corpus={knowledge.corpus!r} "
+                             "(or set stage.questions=<records path>)")
         pool = list(world_of(knowledge).questions)
     else:
         from omnimed.data.io import read_records

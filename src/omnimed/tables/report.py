@@ -78,7 +78,8 @@ def table_rows(manifest: TableManifest, cells: dict[str, dict[str, Cell]],
     out = []
     for row in manifest.rows:
         for col in manifest.columns:
-            cell = cells.get(row.name, {}).get(col) or Cell(status=row.status if row.status != "runnable" else "not run")
+            status = row.status if row.status != "runnable" else "not run"
+            cell = cells.get(row.name, {}).get(col) or Cell(status=status)
             paper = row.published.get(col)
             delta = None if cell.ours is None or paper is None else cell.ours - paper
             out.append({
@@ -123,9 +124,12 @@ def spread_lines(manifest: TableManifest, spread: dict) -> list[str]:
                          else "n/a")
         if any(part != "n/a" for part in parts):
             body.append(f"| {row.name} | " + " | ".join(parts) + " |")
-    lines = ["", title]
     if body:
-        lines += ["", "| row | " + " | ".join(manifest.columns) + " |", "|---|" + "---|" * len(manifest.columns), *body]
+        lines = ["", title, "", "| row | " + " | ".join(manifest.columns) + " |",
+                 "|---|" + "---|" * len(manifest.columns), *body]
+    else:  # every seed-dependent row changed since: no table of spreads to title
+        lines = ["", f"Spread over training seeds {seeds} (measured {spread['measured']}): no row of this table "
+                 "states one."]
     if once:
         lines += ["", f"Run once for all seeds (they read nothing trained with the seed): {', '.join(once)}."]
     changed = spread.get("changed", [])

@@ -13,11 +13,21 @@ from omnimed.knowledge import pools
 
 def labelled_questions(cfg: Any, knowledge: Any) -> list[MultipleChoiceQuestion]:
     """A labelling stage's questions: ``cfg.n_questions`` of each of ``cfg.splits`` (each split drawn on its own,
-    so a test set does not depend on how many training questions are asked for)."""
+    so a test set does not depend on how many training questions are asked for); where ``cfg.open_questions`` is
+    set, every open question of the world's splits (and ``cfg.kinds``) besides."""
     from omnimed.methods.stages import select_questions
 
-    return [q for split in cfg.splits for q in select_questions(cfg.questions, knowledge, split=split,
-                                                                  kinds=cfg.kinds, n=cfg.n_questions, seed=cfg.seed)]
+    chosen = [q for split in cfg.splits for q in select_questions(cfg.questions, knowledge, split=split,
+                                                                    kinds=cfg.kinds, n=cfg.n_questions, seed=cfg.seed)]
+    if getattr(cfg, "open_questions", False):
+        if cfg.questions != "world":
+            raise ValueError(f"stage.open_questions=true reads the synthetic world's open questions; "
+                             f"stage.questions={cfg.questions!r} is a records file (multiple-choice questions only)")
+        from omnimed.knowledge.corpus import world_of
+
+        chosen += sorted((q for q in world_of(knowledge).open_questions if q.split in cfg.splits
+                          and (cfg.kinds is None or q.metadata.get("kind") in cfg.kinds)), key=lambda q: q.id)
+    return chosen
 
 
 def text_sources(kb: Any, sources: Optional[Sequence[str]], key: str) -> list[str]:

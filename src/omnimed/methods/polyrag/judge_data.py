@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from omnimed.data.artifacts import MAX_FAILED_SHARE, Failed, StageResult, describe_backend, open_stage
-from omnimed.data.records import MultipleChoiceQuestion, PromptCompletion
+from omnimed.data.records import MultipleChoiceQuestion, OpenQuestion, PromptCompletion
 from omnimed.generation.types import Request, SamplingParams
 from omnimed.knowledge.pools import passage_table
 from omnimed.methods.polyrag import prompts
@@ -42,7 +42,11 @@ class JudgeDataConfig:
     """``judge``: relevance | supplement; ``questions``/``splits``/``kinds``/``n_questions``: as
     ``polyrag_utility`` (train for the judge's training, dev for its validation split); ``candidates``,
     ``sources``, ``retriever``: the first-stage search; ``keep_per_label``: at most this many pairs of each label
-    (null: all); ``out``: a fixed output folder (default ``builds/polyrag_judge_data/<settings key>``)."""
+    (null: all); ``open_questions``: every open (long-form) question of the world's ``splits`` is labelled too,
+    beside the ``n_questions`` multiple-choice ones (their pairs are what a long-form answer's retrieval is judged
+    on: table 2), and ``keep_per_label`` applies to each kind of question on its own (the open questions' few
+    unrelated pairs would otherwise be lost among the multiple-choice ones'); ``out``: a fixed output folder (default
+    ``builds/polyrag_judge_data/<settings key>``)."""
 
     name: str = STAGE
     judge: str = "relevance"
@@ -54,6 +58,7 @@ class JudgeDataConfig:
     sources: Optional[list[str]] = None
     retriever: Optional[str] = None
     keep_per_label: Optional[int] = None
+    open_questions: bool = False
     seed: int = 0
     batch_size: int = 8
     out: Optional[str] = None
@@ -99,7 +104,8 @@ def build_judge_data(cfg: JudgeDataConfig, *, teacher: Any, kb: Any, knowledge: 
         return out
 
     failed = stage.process(todo, work, total=len(questions), backend=describe_backend(teacher),
-                           max_failed=max_failed, batch_size=cfg.batch_size, progress=progress, label=f"{STAGE}: {cfg.judge} labels")
+                           max_failed=max_failed, batch_size=cfg.batch_size, progress=progress,
+                           label=f"{STAGE}: {cfg.judge} labels")
     done = stage.start()
     records, counts = _records(cfg, questions, done, table, build)
     if failed:  # asked again by the next run
@@ -114,23 +120,29 @@ def _records(cfg: JudgeDataConfig, questions: Sequence[MultipleChoiceQuestion], 
              table: dict[str, Any], build: Any) -> tuple[list[PromptCompletion], dict[str, Any]]:
     pairs = [(q, pid, label) for q in questions if q.id in done for pid, label in done[q.id]["pairs"]]
     unreadable = sum(label is None for _, _, label in pairs)
-    by_label: dict[str, list[Any]] = {}
+    by_label: dict[tuple[bool, str], list[Any]] = {}  # (open question, label) -> pairs
     for item in pairs:
         if item[2] is not None:
-            by_label.setdefault(item[2], []).append(item)
+            by_label.setdefault((isinstance(item[0], OpenQuestion), item[2]), []).append(item)
     rng = random.Random(cfg.seed)
     kept = []
-    for label in sorted(by_label):
-        items = by_label[label]
+    for key in sorted(by_label):  # multiple-choice labels first: their draw is the same with open questions or not
+        items = by_label[key]
         if cfg.keep_per_label is not None and len(items) > cfg.keep_per_label:
             items = rng.sample(items, cfg.keep_per_label)
         kept += items
     kept.sort(key=lambda item: (item[0].id, item[1]))
+    before: Counter[str] = Counter()
+    for (_, label), items in by_label.items():
+        before[label] += len(items)
     records = [PromptCompletion(id=f"{cfg.judge}-{q.id}-{pid}", prompt=build(q.question, table[pid]),
                                 completion=[{"role": "assistant", "content": label}],
                                 metadata={"split": q.split, "question_id": q.id, "passage_id": pid, "label": label})
                for q, pid, label in kept]
     counts = {"examples": len(records), "questions": len(done), "unreadable": unreadable,
               "labels": dict(sorted(Counter(r.metadata["label"] for r in records).items())),
-              "labels_before_cap": {k: len(v) for k, v in sorted(by_label.items())}}
+              "labels_before_cap": dict(sorted(before.items()))}
+    if cfg.open_questions:
+        counts["open_question_labels"] = dict(sorted(Counter(
+            label for q, _, label in kept if isinstance(q, OpenQuestion)).items()))
     return records, counts

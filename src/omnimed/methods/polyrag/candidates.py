@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from omnimed.data.records import MultipleChoiceQuestion, Passage
+from omnimed.data.records import MultipleChoiceQuestion, OpenQuestion, Passage
 from omnimed.knowledge import pools
 
 
-def labelled_questions(cfg: Any, knowledge: Any) -> list[MultipleChoiceQuestion]:
+def labelled_questions(cfg: Any, knowledge: Any) -> list[MultipleChoiceQuestion | OpenQuestion]:
     """A labelling stage's questions: ``cfg.n_questions`` of each of ``cfg.splits`` (each split drawn on its own,
     so a test set does not depend on how many training questions are asked for); where ``cfg.open_questions`` is
     set, every open question of the world's splits (and ``cfg.kinds``) besides."""

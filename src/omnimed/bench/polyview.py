@@ -160,6 +160,14 @@ def _queries(world: Any, n: int) -> list[Any]:
     return out
 
 
+def _cold(method: Any) -> None:
+    """Forget what an earlier query left: PolyRAG's per-run passage embeddings and the dates read from texts."""
+    from omnimed.methods.polyrag import views
+
+    method._embedded.clear()
+    views._date_in_text.cache_clear()
+
+
 def _matmul_gflops(device: str, size: int = 1024, repeats: int = 5) -> float:
     """The device's fp32 matrix-product rate, GFLOP/s: the best of ``repeats`` ``size``-cubed products."""
     import torch
@@ -182,10 +190,7 @@ def _arithmetic(method: Any, kb: Any, question: Any, candidates: list[Any], cfg:
     """The floating-point operations of one more cold query and the latency floor they set on this device."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from omnimed.methods.polyrag import views
-
-    method._embedded.clear()
-    views._date_in_text.cache_clear()
+    _cold(method)
     with FlopCounterMode(display=False) as counter:
         method.rank(question.id, question.question, candidates, kb)
     gflop = counter.get_total_flops() / 1e9
@@ -259,8 +264,7 @@ def bench_polyview(cfg: PolyviewBenchConfig | None = None, log: Callable[[str], 
         per_query: list[dict[str, Any]] = []
         for q, cands in zip(questions[cfg.warmup:-1], found[cfg.warmup:-1]):
             clock: dict[str, float] = {}
-            method._embedded.clear()  # PolyRAG's per-run passage embeddings: cold
-            views._date_in_text.cache_clear()  # dates read from passage texts: cold
+            _cold(method)
             with _timed_views(method, kb, clock):
                 start = time.perf_counter()
                 ranked = method.rank(q.id, q.question, cands, kb)

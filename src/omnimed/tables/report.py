@@ -110,8 +110,7 @@ def spread_lines(manifest: TableManifest, spread: dict) -> list[str]:
     import statistics
 
     seeds = ", ".join(map(str, spread["seeds"]))
-    title = (f"Spread over training seeds {seeds} (measured {spread['measured']}; `omnimed-reproduce <table> "
-             f"--training-seeds {','.join(map(str, spread['seeds']))}`): min-max (sd) of each cell.")
+    head = f"Spread over training seeds {seeds} (measured {spread['measured']}"
     body = []
     once = spread.get("ran_once", [])
     for row in manifest.rows:
@@ -125,11 +124,12 @@ def spread_lines(manifest: TableManifest, spread: dict) -> list[str]:
         if any(part != "n/a" for part in parts):
             body.append(f"| {row.name} | " + " | ".join(parts) + " |")
     if body:
+        title = (f"{head}; `omnimed-reproduce <table> --training-seeds {','.join(map(str, spread['seeds']))}`): "
+                 "min-max (sd) of each cell.")
         lines = ["", title, "", "| row | " + " | ".join(manifest.columns) + " |",
                  "|---|" + "---|" * len(manifest.columns), *body]
     else:  # every seed-dependent row changed since: no table of spreads to title
-        lines = ["", f"Spread over training seeds {seeds} (measured {spread['measured']}): no row of this table "
-                 "states one."]
+        lines = ["", f"{head}): no row of this table states one."]
     if once:
         lines += ["", f"Run once for all seeds (they read nothing trained with the seed): {', '.join(once)}."]
     changed = spread.get("changed", [])

@@ -132,16 +132,13 @@ def _records(cfg: JudgeDataConfig, questions: Sequence[MultipleChoiceQuestion], 
             items = rng.sample(items, cfg.keep_per_label)
         kept += items
     kept.sort(key=lambda item: (item[0].id, item[1]))
-    before: Counter[str] = Counter()
-    for (_, label), items in by_label.items():
-        before[label] += len(items)
     records = [PromptCompletion(id=f"{cfg.judge}-{q.id}-{pid}", prompt=build(q.question, table[pid]),
                                 completion=[{"role": "assistant", "content": label}],
                                 metadata={"split": q.split, "question_id": q.id, "passage_id": pid, "label": label})
                for q, pid, label in kept]
     counts = {"examples": len(records), "questions": len(done), "unreadable": unreadable,
               "labels": dict(sorted(Counter(r.metadata["label"] for r in records).items())),
-              "labels_before_cap": dict(sorted(before.items()))}
+              "labels_before_cap": dict(sorted(Counter(label for _, _, label in pairs if label is not None).items()))}
     if cfg.open_questions:
         counts["open_question_labels"] = dict(sorted(Counter(
             label for q, _, label in kept if isinstance(q, OpenQuestion)).items()))

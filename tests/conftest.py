@@ -1,4 +1,4 @@
-"""Test-wide settings: W&B offline and silent, no hub traffic, a per-session tokenization cache."""
+"""Test-wide settings: W&B offline and silent, no hub traffic, a per-session generation cache."""
 
 from __future__ import annotations
 
@@ -27,10 +27,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The controller of an xdist run makes the folder of its workers' turn locks (:func:`_cpu_turn`)."""
+    """The controller of an xdist run (or a plain run) makes the folder of its workers' turn locks
+    (:func:`_cpu_turn`) and the session's generation cache: a test's calls must not land in the user's cache, nor
+    may a test pass on a reply that an older version of the code cached there. The workers start after this and
+    inherit both through the environment."""
     if not hasattr(config, "workerinput") and "OMNIMED_TEST_TURNS" not in os.environ:
-        config.omnimed_turns = tempfile.mkdtemp(prefix="omnimed-pytest-turns-")
-        os.environ["OMNIMED_TEST_TURNS"] = config.omnimed_turns  # the workers start after this and inherit it
+        config.omnimed_turns = tempfile.mkdtemp(prefix="omnimed-pytest-session-")
+        os.environ["OMNIMED_TEST_TURNS"] = config.omnimed_turns
+        os.environ["OMNIMED_GENERATION_CACHE"] = str(Path(config.omnimed_turns) / "generation")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -38,6 +42,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if folder:
         shutil.rmtree(folder, ignore_errors=True)
         os.environ.pop("OMNIMED_TEST_TURNS", None)
+        os.environ.pop("OMNIMED_GENERATION_CACHE", None)
 
 
 @contextlib.contextmanager

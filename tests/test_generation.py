@@ -229,6 +229,23 @@ def test_cache_second_call_costs_nothing_and_returns_the_same(tmp_path):
     assert again.backend.calls == 6
 
 
+def test_the_call_cache_lives_under_the_runs_cache_unless_the_environment_names_a_folder(tmp_path, monkeypatch,
+                                                                                         world_tiny):
+    """``$OMNIMED_GENERATION_CACHE`` (the test session's own folder, a shared disk) wins over ``paths.cache``; an
+    explicit ``backend.cache_dir`` wins over both."""
+    from omnimed.generation.factory import BackendConfig, build_backend
+    from omnimed.models.cache import generation_cache_dir
+
+    monkeypatch.delenv("OMNIMED_GENERATION_CACHE", raising=False)
+    assert generation_cache_dir(tmp_path / "runs") == tmp_path / "runs" / "generation"
+    monkeypatch.setenv("OMNIMED_GENERATION_CACHE", str(tmp_path / "shared"))
+    assert generation_cache_dir(tmp_path / "runs") == tmp_path / "shared"
+    cached = build_backend(BackendConfig(name="oracle"), world=world_tiny, cache_root=tmp_path / "runs")
+    assert cached.path.parent == tmp_path / "shared"
+    own = build_backend(BackendConfig(name="oracle", cache_dir=str(tmp_path / "own")), world=world_tiny)
+    assert own.path.parent == tmp_path / "own"
+
+
 def test_cache_resumes_an_interrupted_stage_and_retries_failures(tmp_path):
     reqs = [Request(f"q{i}") for i in range(10)]
     first = CachedBackend(Counting(fail_after=8), tmp_path, batch_size=4)

@@ -4,6 +4,7 @@ planner + reader pipeline through ``omnimed-evaluate`` with its plan statistics,
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -240,9 +241,63 @@ def test_the_baselines_signals_judge_the_same_documents_and_are_scored_against_t
                                   knowledge=built["knowledge"], progress=False, log=quiet).counts
     assert downstream["positive"] == 0 and downstream["agreement/recall"] == 0.0
     assert downstream["agreement/accuracy"] == pytest.approx(counts["negative"] / counts["queries"], abs=1e-4)
-    with pytest.raises(ValueError, match="knowledge.rerank.enabled=true"):
-        build_judgements(JudgeConfig(explore=str(built["explore"].path), signal="rerank"), judge=built["oracle"],
-                         kb=kb_tiny, knowledge=built["knowledge"], progress=False, log=quiet)
+
+
+class _OverlapReranker:
+    """A reranker without a model: the share of the question's words a text holds."""
+
+    def rerank(self, query, texts, top_k):
+        words = set(query.lower().split())
+        scores = [len(words & set(t.lower().split())) / len(words) for t in texts]
+        return sorted(enumerate(scores), key=lambda x: -x[1])[:top_k]
+
+
+def test_rafe_chooses_its_threshold_on_the_dev_queries_and_labels_every_query_by_it(built, tmp_path, kb_tiny,
+                                                                                     monkeypatch):
+    """RaFe's signal without a reranking knowledge base: the reranker knowledge.rerank names is built for it,
+    the threshold is the F1-best against the oracle on the first questions' queries, and each query is positive
+    exactly when its best score reaches that threshold."""
+    from omnimed.knowledge import build
+    from omnimed.methods.omnirag.judge import JudgeConfig, best_rerank_scores, build_judgements, questions_by_id
+
+    monkeypatch.setattr(build, "build_reranker", lambda knowledge, encoder: _OverlapReranker())
+    quiet = lambda *a, **k: None  # noqa: E731
+    cfg = JudgeConfig(explore=str(built["explore"].path), signal="rerank", rerank_threshold=None,
+                      threshold_dev_questions=6, out=str(tmp_path / "rafe"))
+    result = build_judgements(cfg, judge=built["oracle"], kb=kb_tiny, knowledge=built["knowledge"], progress=False,
+                              log=quiet)
+    counts = result.counts
+    assert counts["rerank_threshold_dev/questions"] == 6 and counts["rerank_threshold_dev/queries"] == 6 * 5 * 6
+    threshold = counts["rerank_threshold"]
+    judged = load_record_set(result.path, SourceQuery)
+    questions = questions_by_id("world", built["knowledge"])
+    docs = {r.id: [h for h in kb_tiny.search_batch(r.source, [r.query], 5)[0]] for r in judged}
+    scores = best_rerank_scores(_OverlapReranker(), judged, docs, questions)
+    assert {r.judgement for r in judged} == {"positive", "negative"}
+    assert all((r.judgement == "positive") == (scores[r.id] >= threshold - 1e-6) for r in judged)
+    assert 0 < counts["agreement/f1"] <= 1  # scored against the oracle like every signal
+    given = build_judgements(JudgeConfig(explore=str(built["explore"].path), signal="rerank", rerank_threshold=2.3,
+                                         out=str(tmp_path / "given")), judge=built["oracle"], kb=kb_tiny,
+                             knowledge=built["knowledge"], progress=False, log=quiet).counts
+    assert given["positive"] == 0 and given["rerank_threshold"] == 2.3  # an overlap share never reaches 2.3
+    real = dataclasses.replace(built["knowledge"], corpus="realdata", name="realdata")
+    with pytest.raises(ValueError, match="stage.rerank_threshold=null .* knowledge=realdata is not a world"):
+        build_judgements(dataclasses.replace(cfg, out=str(tmp_path / "real")), judge=built["oracle"], kb=kb_tiny,
+                         knowledge=real, progress=False, log=quiet)
+
+
+def test_the_threshold_is_the_one_whose_labels_agree_best_with_the_truth_by_f1():
+    from sklearn.metrics import f1_score
+
+    from omnimed.methods.omnirag.judge import choose_threshold
+
+    scores = [0.1, 0.4, 0.35, 0.8, 0.7, 0.2, 0.9, float("-inf"), 0.5, 0.45]
+    truth = [False, True, False, True, False, False, True, False, True, False]
+    chosen = choose_threshold(scores, truth)
+    best = max(f1_score(truth, [s >= t for s in scores]) for t in scores if t > float("-inf"))
+    assert f1_score(truth, [s >= chosen for s in scores]) == pytest.approx(best)
+    with pytest.raises(ValueError, match="no positive query"):
+        choose_threshold([0.2, 0.3], [False, False])
 
 
 def test_a_trained_planner_beside_the_oracle_reader_is_served_from_its_export_and_cached(kb_tiny, monkeypatch):
@@ -294,3 +349,21 @@ def test_one_available_source_leaves_the_plans_other_queries_unsearched_and_pick
             with pytest.raises(ValueError, match=r"\{source\} is the one source available at test time"):
                 ood.serve_planner(kb_tiny)
     assert [cfg.model for cfg in served] == ["/exports/spo-ood-research/hf"]
+
+
+def test_a_bi_encoder_reranks_from_cached_vectors_with_the_scores_its_rerank_call_gives(built, kb_tiny):
+    """RaFe's scores with MiniLM: questions encoded once, documents through the knowledge base's embedding path,
+    the same best cosine per query as the reranker's own (slow) call per query."""
+    from omnimed.knowledge.encoders import TextEncoder
+    from omnimed.knowledge.rerank import BiEncoderReranker
+    from omnimed.methods.omnirag.judge import best_rerank_scores, questions_by_id
+    from omnimed.models.config import named_model_config
+
+    reranker = BiEncoderReranker(TextEncoder(named_model_config("minilm-l6")))
+    judged = load_record_set(built["judge"].path, SourceQuery)[:60]
+    docs = {r.id: kb_tiny.search_batch(r.source, [r.query], 5)[0] for r in judged}
+    questions = questions_by_id("world", built["knowledge"])
+    fast = best_rerank_scores(reranker, judged, docs, questions, kb_tiny)
+    slow = best_rerank_scores(reranker, judged, docs, questions)
+    assert any(docs[r.id] for r in judged) and set(fast) == set(slow)
+    assert all(fast[k] == pytest.approx(slow[k], abs=1e-5) for k in slow)

@@ -443,6 +443,10 @@ def test_judge_data_with_open_questions_labels_them_too_and_caps_each_kind_of_qu
     assert opened
     assert mixed["open_question_labels"] == dict(sorted(Counter(r.metadata["label"] for r in opened).items()))
     assert max(mixed["open_question_labels"].values()) <= 6
+    kinds = {q.id: q.metadata["kind"] for q in [*world_tiny.questions, *world_tiny.open_questions]}
+    for r in mixed_records:  # what data.val_group_by=kind groups the judge's validation loss by
+        qid = r.metadata["question_id"]
+        assert r.metadata["kind"] == (f"open:{kinds[qid]}" if qid in open_ids else kinds[qid])
     for r in opened:
         assert r.completion[0].content == oracle_grade(world_tiny.oracle, r.metadata["question_id"],
                                                        r.metadata["passage_id"])

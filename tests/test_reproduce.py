@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -92,6 +93,44 @@ def test_every_runnable_row_of_every_shipped_table_composes_at_every_preset():
                         assert plan.alone[col] == key and col not in plan.datasets.get(key, [])
                     elif key != AVERAGE:
                         assert col in plan.datasets[key]
+
+
+_ARTIFACT = re.compile(r"\$\{paths\.root\}/((?:checkpoints|builds)/[^\s\"',\]]+)")
+
+
+def _made_by(path: str, created: list[str]) -> bool:
+    """Whether one of the ``created`` paths makes ``path``: the path itself, a folder holding it, or, for a created
+    manifest, anything in that manifest's folder (``{source}`` stands for any source's name)."""
+    pattern = re.escape(path).replace(re.escape("{source}"), "[a-z]+")
+    return any(re.fullmatch(pattern + "(/.*)?", c) or re.fullmatch(re.escape(c.rsplit("/", 1)[0]) + "/.+", path)
+               for c in created if c.endswith("manifest.json") or re.fullmatch(pattern + "(/.*)?", c))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_what_a_miniature_row_or_step_reads_is_made_by_the_tables_own_prepare_steps(seed):
+    """A row (or prepare step) reading a checkpoint or build that no earlier step creates fails only when it runs,
+    hours into a table; a row reading a trained planner must name that seed's export, or `--training-seeds`
+    would read seed 0's planner beside another seed's reader."""
+    from omnimed.methods.omnirag.method import TRAINED
+    from omnimed.tables.reproduce import for_training_seed, plan_rows
+
+    root = Path(__file__).resolve().parents[1] / "experiments"
+    for path in find_manifests(root):
+        m = for_training_seed(load_manifest(path), seed)
+        for preset, steps in m.prepare.items():
+            created: list[str] = []
+            for step in steps:
+                for found in _ARTIFACT.findall(" ".join(step.command)):
+                    assert _made_by(found, [*created, step.creates]), (path.name, step.name, found)
+                created.append(step.creates)
+            for plan in plan_rows(m, preset):
+                extra = [o for col in plan.column_extra.values() for o in col]
+                effective = dict(o.lstrip("+").split("=", 1) for o in [*plan.overrides, *extra] if "=" in o)
+                for found in _ARTIFACT.findall(" ".join(effective.values())):
+                    assert _made_by(found, created), (path.name, plan.row.name, found)
+                planner = effective.get("pipeline.planner")
+                if planner in TRAINED:
+                    assert f"pipeline.checkpoints.{planner}" in effective, (path.name, plan.row.name)
 
 
 def test_table10_runs_one_mmlu_subject_per_column_at_both_presets():

@@ -606,3 +606,31 @@ def test_micro_batches_are_not_used_where_backward_passes_do_not_simply_add_up(t
     assert any("task.micro_batch_tokens=0" in p for p in config_problems(cfg))
     cfg.task.micro_batch_tokens, cfg.task.objective = 256, "dpo"
     assert any("SFT batches only" in p for p in config_problems(cfg))
+
+
+def test_the_validation_loss_is_also_logged_per_group_and_the_groups_average_to_it(tokenizer):
+    """data.val_group_by: val/loss/<value> is each group's per-token mean, so the groups' means weighted by their
+    supervised tokens give val/loss; training batches are as without it."""
+    examples = [e.model_copy(update={"metadata": {"kind": "even" if i % 2 == 0 else "odd"}})
+                for i, e in enumerate(make_examples(24, max_sentences=3))]
+    task = TaskConfig(lr=1e-3, max_length=128, mask_spans=PARAGRAPH)
+    dm = SFTDataModule(examples, tokenizer, data_cfg(batch_size=4, val_fraction=0.5, val_group_by="kind"), task)
+    module = SFTModule(TINY, task, tokenizer)
+    trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                        enable_model_summary=False)
+    metrics = trainer.validate(module, datamodule=dm, verbose=False)[0]
+    assert dm.val_groups == ["even", "odd"] and "group" not in dm.train_dataset.column_names
+    tokens = {g: sum(n for n, grp in zip(dm.val_dataset["supervised"], dm.val_dataset["group"]) if grp == i)
+              for i, g in enumerate(dm.val_groups)}
+    assert all(tokens.values())
+    mean = sum(float(metrics[f"val/loss/{g}"]) * n for g, n in tokens.items()) / sum(tokens.values())
+    assert mean == pytest.approx(float(metrics["val/loss"]), rel=1e-5)
+    assert float(metrics["val/loss/even"]) != pytest.approx(float(metrics["val/loss/odd"]))
+    from omnimed.training.config import TrainConfig, config_problems
+
+    cfg = TrainConfig()
+    cfg.data.val_group_by, cfg.data.packing = "kind", True
+    assert any(p.startswith("data.val_group_by='kind': expected null with packing") for p in config_problems(cfg))
+    bare = [e.model_copy(update={"metadata": {}}) if i == 3 else e for i, e in enumerate(examples)]
+    with pytest.raises(ValueError, match="data.val_group_by=kind: example '3' has no 'kind'"):
+        SFTDataModule(bare, tokenizer, data_cfg(batch_size=4, val_fraction=0.5, val_group_by="kind"), task).setup()

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from omnimed.generation.types import Backend, GenerationError
-from omnimed.models.cache import cache_root as default_cache_root  # $OMNIMED_CACHE, else ~/.cache/omnimed
+from omnimed.models.cache import generation_cache_dir
 
 BACKENDS: tuple[str, ...] = ("hf", "vllm", "openai", "oracle")
 
@@ -78,7 +78,8 @@ def _vllm_model(cfg: BackendConfig, model: Any) -> str:
 def build_backend(cfg: Any, *, model: Any = None, world: Any = None,
                   cache_root: str | Path | None = None) -> Backend:
     """Build the backend ``cfg`` names. ``model``: the run's ``ModelConfig`` (used when ``cfg.model`` is unset);
-    ``world``: a ``World`` (oracle); ``cache_root``: where ``generation/`` goes when ``cfg.cache_dir`` is unset."""
+    ``world``: a ``World`` (oracle); ``cache_root``: where ``generation/`` goes when ``cfg.cache_dir`` is unset
+    (``$OMNIMED_GENERATION_CACHE`` overrides it)."""
     cfg = _plain(cfg)
     backend: Backend
     if cfg.name == "hf":
@@ -115,5 +116,5 @@ def build_backend(cfg: Any, *, model: Any = None, world: Any = None,
         return backend
     from omnimed.generation.cache import CachedBackend
 
-    folder = Path(cfg.cache_dir) if cfg.cache_dir else Path(cache_root or default_cache_root()) / "generation"
+    folder = Path(cfg.cache_dir) if cfg.cache_dir else generation_cache_dir(cache_root)
     return CachedBackend(backend, folder)

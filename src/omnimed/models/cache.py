@@ -41,6 +41,14 @@ def cache_root() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "omnimed"
 
 
+def generation_cache_dir(root: str | Path | None = None) -> Path:
+    """Where generation backends memoise their calls: ``$OMNIMED_GENERATION_CACHE`` when set (a shared disk; the
+    tests' own folder, so no test reads a reply an older version of the code cached), else ``<root>/generation``
+    (``root``: the run's ``paths.cache``; default :func:`cache_root`)."""
+    env = os.environ.get("OMNIMED_GENERATION_CACHE")
+    return Path(env).expanduser() if env else Path(root or cache_root()).expanduser() / "generation"
+
+
 def models_dir() -> Path:
     """Where built model folders live (``<cache>/models``)."""
     return cache_root() / "models"

@@ -71,6 +71,9 @@ class DataConfig:
     num_workers: int = 0
     packing: bool = False
     shuffle_seed: int = 0
+    # a key of the records (a field, or one of their metadata, e.g. a question's kind): the validation loss is
+    # also logged per value of it, val/loss/<value>, each the per-token mean over that value's examples
+    val_group_by: Optional[str] = None
 
 
 @dataclass
@@ -180,6 +183,9 @@ def config_problems(cfg: TrainConfig) -> list[str]:
     need(d.max_examples is None or d.max_examples >= 0, "data.max_examples", d.max_examples,
          "null or a count >= 0 (null and 0: every example)")
     need(d.num_workers >= 0, "data.num_workers", d.num_workers, "a count >= 0")
+    need(d.val_group_by is None or (t.objective == "sft" and not d.packing), "data.val_group_by", d.val_group_by,
+         "null with packing or another objective than sft (a packed block mixes examples; only the sft objective "
+         "logs a loss per group)")
     need(tr.num_nodes >= 1, "trainer.num_nodes", tr.num_nodes, "a count >= 1")
     need(tr.accumulate_grad_batches >= 1, "trainer.accumulate_grad_batches", tr.accumulate_grad_batches,
          "a count >= 1")

@@ -55,6 +55,8 @@ from omnimed.training.tokenize import (
 log = logging.getLogger(__name__)
 
 FEATURES = ("input_ids", "attention_mask", "labels")
+#: the column of each example's group index under ``data.val_group_by`` (names in ``SFTDataModule.val_groups``)
+GROUP = "group"
 SFTData = datasets.Dataset | Sequence[Record | Mapping[str, Any]]
 
 
@@ -88,6 +90,8 @@ class PadToLongestCollator:
         for key, pad in pads.items():
             rows = [list(f[key]) + [pad] * (longest - len(f[key])) for f in features]
             out[key] = torch.tensor(rows, dtype=torch.long)
+        if GROUP in features[0]:  # each example's validation group (data.val_group_by)
+            out[GROUP] = torch.tensor([f[GROUP] for f in features], dtype=torch.long)
         return out
 
 
@@ -275,6 +279,9 @@ class SFTDataModule(L.LightningDataModule):
         self.truncated: int | None = None
         self.needed_length: int | None = None
         self.num_examples = len(self._raw)
+        # data.val_group_by's values, in the order of the group indices the batches carry (set by setup)
+        self.val_groups: list[str] = []
+        self._kept: list[int] = []
         self.train_dataset: datasets.Dataset | None = None
         self.val_dataset: datasets.Dataset | None = None
 
@@ -319,6 +326,7 @@ class SFTDataModule(L.LightningDataModule):
         )
         supervised, full = feats["supervised"], feats["full_length"]
         keep = [i for i, n in enumerate(supervised) if n]
+        self._kept = keep
         self.dropped_too_long = len(feats) - len(keep)
         self.truncated = sum(full[i] > self.task_cfg.max_length for i in keep)
         self.needed_length = max(full, default=0)
@@ -337,7 +345,11 @@ class SFTDataModule(L.LightningDataModule):
             raise ValueError(
                 f"no example has a supervised token within task.max_length={self.task_cfg.max_length}"
             )
+        if self.data_cfg.val_group_by:
+            ds = self._with_groups(ds, self.data_cfg.val_group_by)
         train, val = self._split(ds)
+        if GROUP in train.column_names:  # validation reads the groups; training batches stay [rows, length]
+            train = train.remove_columns(GROUP)
         if self.data_cfg.packing:
             train, val = self._pack(train), (self._pack(val) if val is not None else None)
         self.train_dataset = train
@@ -345,6 +357,26 @@ class SFTDataModule(L.LightningDataModule):
             lengths = val["length"]
             val = val.select(sorted(range(len(val)), key=lengths.__getitem__), keep_in_memory=True)
         self.val_dataset = val
+
+    def _with_groups(self, ds: datasets.Dataset, key: str) -> datasets.Dataset:
+        """``ds`` with each example's group index (:data:`GROUP`): the value of the record's field ``key``, or of
+        its metadata's; every example must have one."""
+        columns = self._raw.column_names
+        rows = self._raw.select(self._kept).select_columns([c for c in (key, "metadata", "id") if c in columns])
+        values = []
+        for i, row in enumerate(rows):
+            metadata = row.get("metadata") or {}
+            if isinstance(metadata, str):  # records keep their metadata as a JSON string (omnimed.data.hf)
+                metadata = json.loads(metadata)
+            value = row.get(key) if key in columns else metadata.get(key)
+            if value is None:
+                raise ValueError(f"data.val_group_by={key}: example {row.get('id', self._kept[i])!r} has no "
+                                 f"{key!r} field or metadata; every example needs one to be grouped (records built "
+                                 "before their stage wrote it: rebuild them, or set data.val_group_by=null)")
+            values.append(str(value))
+        self.val_groups = sorted(set(values))
+        index = {name: g for g, name in enumerate(self.val_groups)}
+        return ds.add_column(GROUP, [index[v] for v in values])
 
     def _report_cut(self) -> None:
         """Warn (once, on rank 0) about the examples ``max_length`` dropped or cut short, with the value that keeps
@@ -429,7 +461,7 @@ class SFTDataModule(L.LightningDataModule):
 
     def batch_columns(self, ds: datasets.Dataset) -> list[str]:
         """The columns of ``ds`` the collator reads (the others stay out of the DataLoader's workers)."""
-        return list(FEATURES)
+        return [*FEATURES, *([GROUP] if GROUP in ds.column_names else [])]
 
     def collator(self) -> Any:
         """The collate function making a batch of tensors from feature rows."""

@@ -28,6 +28,7 @@ from torch import nn
 
 from omnimed.models.config import ModelConfig
 from omnimed.training.config import TaskConfig
+from omnimed.training.data import GROUP
 from omnimed.training.lm_head import supervised_logits
 from omnimed.training.micro_batches import micro_batches
 from omnimed.training.objectives import Objective, register_objective
@@ -116,6 +117,9 @@ class SFTModule(L.LightningModule):
         self.model: nn.Module | None = None
         self._micro_batch_tokens = self.task_cfg.micro_batch_tokens  # None where the strategy cannot split a step
         self._zeroed_in_step = False  # training_step zeroed the gradients before its micro-batches' backward passes
+        # per-group validation loss sums and token counts of the epoch running (data.val_group_by)
+        self._group_sums: torch.Tensor | None = None
+        self._group_counts: torch.Tensor | None = None
 
     # ------------------------------------------------------------------------------------------- model
     def configure_model(self) -> None:
@@ -208,12 +212,17 @@ class SFTModule(L.LightningModule):
 
     def _loss_sum(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Summed cross-entropy over the supervised tokens of ``batch``, and their number."""
+        logits, targets, _ = self._supervised(batch)
+        return F.cross_entropy(logits.float(), targets, reduction="sum"), targets.new_tensor(targets.numel())
+
+    def _supervised(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The logits at the positions that predict a supervised token, those tokens, and the row of each."""
         labels = batch["labels"]
         supervised = labels[:, 1:] != IGNORE_INDEX
         rows, source = supervised.nonzero(as_tuple=True)
         model_kwargs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
         logits = supervised_logits(self._require_model(), model_kwargs, rows * labels.size(1) + source)
-        return F.cross_entropy(logits.float(), labels[:, 1:][supervised], reduction="sum"), supervised.sum()
+        return logits, labels[:, 1:][supervised], rows
 
     def on_train_end(self) -> None:
         """On an accelerator, drop the gradients and optimizer state before Lightning's teardown copies them to host
@@ -318,7 +327,10 @@ class SFTModule(L.LightningModule):
         self.log("train/lr", lr, on_step=True, on_epoch=False, prog_bar=True, batch_size=bs)
 
     def validation_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        loss, n_targets = self._loss(batch)
+        if GROUP in batch:
+            loss, n_targets = self._grouped_loss(batch)
+        else:
+            loss, n_targets = self._loss(batch)
         # weight each batch by its supervised tokens, so val/loss is the per-token mean over the whole set
         self.log(
             "val/loss",
@@ -330,6 +342,38 @@ class SFTModule(L.LightningModule):
             batch_size=max(int(n_targets), 1),
         )
         return loss
+
+    def _grouped_loss(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch's loss as :meth:`_loss` gives it, adding each supervised token's loss to its example's group
+        (``data.val_group_by``): :meth:`on_validation_epoch_end` logs each group's per-token mean."""
+        logits, targets, rows = self._supervised(batch)
+        losses = F.cross_entropy(logits.float(), targets, reduction="none")
+        groups = batch[GROUP][rows]
+        if self._group_sums is None or self._group_counts is None:
+            raise RuntimeError("a validation batch carries groups but the datamodule names none (val_groups)")
+        self._group_sums.index_add_(0, groups, losses.detach().double())
+        self._group_counts.index_add_(0, groups, torch.ones_like(losses, dtype=torch.float64))
+        n_targets = targets.new_tensor(targets.numel())
+        return losses.sum() / n_targets.clamp(min=1), n_targets
+
+    def on_validation_epoch_start(self) -> None:
+        """Zero the per-group sums where the datamodule groups its validation examples (on every rank, so that
+        each one takes part in the reduction at the end even if it evaluated no batch)."""
+        names = getattr(self.trainer.datamodule, "val_groups", None)
+        self._group_sums = torch.zeros(len(names), dtype=torch.float64, device=self.device) if names else None
+        self._group_counts = None if self._group_sums is None else torch.zeros_like(self._group_sums)
+
+    def on_validation_epoch_end(self) -> None:
+        """``val/loss/<group>`` for every group of ``data.val_group_by`` that the evaluated batches held, summed over
+        the ranks first."""
+        if self._group_sums is None or self._group_counts is None:
+            return
+        sums = self.trainer.strategy.reduce(self._group_sums, reduce_op="sum")
+        counts = self.trainer.strategy.reduce(self._group_counts, reduce_op="sum")
+        for name, total, n in zip(self.trainer.datamodule.val_groups, sums.tolist(), counts.tolist()):
+            if n:
+                self.log(f"val/loss/{name}", total / n, on_step=False, on_epoch=True)
+        self._group_sums = self._group_counts = None
 
     # ------------------------------------------------------------------------------------------- optimisation
     def _adamw(self) -> Any:

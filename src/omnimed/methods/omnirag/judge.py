@@ -7,15 +7,19 @@ world's oracle in miniature, which judges exactly). Each judged query is kept wi
 documents it was judged on. ``signal`` swaps the judge for the supervised baselines' signals (appendix D.3):
 ``downstream`` (Trainable Planning) asks the backend, as a reader, to answer with the query's documents and
 without them, and a query is positive when the documents turn a wrong answer right; ``rerank`` (RaFe) scores the
-question against each document with the knowledge base's reranker, positive when the best score reaches
-``rerank_threshold``. On a world knowledge base the manifest also gives each signal's agreement with the oracle's
-exact verdict (accuracy, precision, recall, F1: the paper's table 9, with the oracle in the humans' place). Progress is kept per question (all its queries judged together): a killed run continues
-with the questions not yet judged, a finished one does nothing when rerun, and the calls of a cached backend are
-not repeated either way. A reply without a readable yes / no is dropped and counted.
+question against each document with the reranker ``knowledge.rerank`` names (built for the signal even where the
+knowledge base does not rerank its searches, so every signal judges the same documents), positive when the best
+score reaches ``rerank_threshold``: given, or chosen as the paper chose its 2.3, "by trying on the development
+set". On a world knowledge base the manifest also gives each signal's agreement with the oracle's exact verdict
+(accuracy, precision, recall, F1: the paper's table 9, with the oracle in the humans' place). Progress is kept per
+question (all its queries judged together): a killed run continues with the questions not yet judged, a finished
+one does nothing when rerun, and the calls of a cached backend are not repeated either way. A reply without a
+readable yes / no is dropped and counted.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -38,8 +42,10 @@ class JudgeConfig:
     or the records path it used); ``k``: documents retrieved per query and judged (the paper reranks the top 10
     and judges the first half); ``retriever``: null for the knowledge base's default; ``signal``: llm |
     downstream | rerank (see the module doc); ``answer_mode``: how the ``downstream`` reader answers;
-    ``rerank_threshold``: RaFe's (2.3, the paper's for MedCPT's cross-encoder: set it on dev for another
-    reranker); ``out``: a fixed output folder (default ``builds/omnirag_judge/<settings key>``)."""
+    ``rerank_threshold``: RaFe's (2.3, the paper's for MedCPT's cross-encoder), or null to choose it on a world
+    as the paper did on its development set: the score that maximises F1 against the oracle's verdicts (the
+    annotators' place) on the queries of the first ``threshold_dev_questions`` explored questions (they are then
+    judged like the rest); ``out``: a fixed output folder (default ``builds/omnirag_judge/<settings key>``)."""
 
     name: str = STAGE
     explore: Optional[str] = None
@@ -48,7 +54,8 @@ class JudgeConfig:
     retriever: Optional[str] = None
     signal: str = "llm"
     answer_mode: str = "generate"
-    rerank_threshold: float = 2.3
+    rerank_threshold: Optional[float] = 2.3
+    threshold_dev_questions: int = 100
     max_new_tokens: int = 256
     batch_size: int = 8
     out: Optional[str] = None
@@ -97,8 +104,12 @@ def build_judgements(cfg: JudgeConfig, *, judge: Any, kb: Any, knowledge: Any, r
         raise ValueError(f"stage.k={cfg.k}: expected at least 1 document per query")
     if cfg.signal not in SIGNALS:
         raise ValueError(f"stage.signal={cfg.signal!r}: expected one of {', '.join(SIGNALS)}")
-    if cfg.signal == "rerank" and kb.reranker is None:
-        raise ValueError("stage.signal=rerank needs the knowledge base's reranker: knowledge.rerank.enabled=true")
+    if cfg.signal == "rerank" and cfg.rerank_threshold is None and knowledge.corpus != "world":
+        raise ValueError("stage.rerank_threshold=null chooses the threshold against the world oracle's verdicts, "
+                         f"but knowledge={knowledge.name} is not a world: give the threshold (RaFe's 2.3 for "
+                         "MedCPT's cross-encoder)")
+    if cfg.signal == "rerank" and cfg.threshold_dev_questions < 1:
+        raise ValueError(f"stage.threshold_dev_questions={cfg.threshold_dev_questions}: expected at least 1")
     stage = open_stage(STAGE, cfg, root=root, judge=getattr(judge, "model_id", str(judge)),
                        explored=read_json(folder / "manifest.json")["fingerprint"], prompts=prompts.PROMPT_VERSION,
                        knowledge=knowledge.name)
@@ -121,14 +132,20 @@ def build_judgements(cfg: JudgeConfig, *, judge: Any, kb: Any, knowledge: Any, r
     log(f"{STAGE}: {len(explored)} queries of {len(by_question)} questions, {len(done)} questions judged earlier, "
         f"{len(todo)} to judge -> {stage.path}")
 
-    def work(batch: Sequence[str]) -> list[dict[str, Any] | Failed]:
-        asked = [r for qid in batch for r in by_question[qid]]
+    def retrieve(asked: list[SourceQuery]) -> dict[str, list[Any]]:
         docs: dict[str, list[Any]] = {}
         for source in dict.fromkeys(r.source for r in asked):
             mine = [r for r in asked if r.source == source]
             for r, hits in zip(mine, kb.search_batch(source, [r.query for r in mine], cfg.k, method=cfg.retriever)):
                 docs[r.id] = hits
-        verdicts = VERDICTS[cfg.signal](cfg, asked, docs, questions, judge, kb)
+        return docs
+
+    decide, extra = _decider(cfg, judge, kb, knowledge, by_question, questions, retrieve, log)
+
+    def work(batch: Sequence[str]) -> list[dict[str, Any] | Failed]:
+        asked = [r for qid in batch for r in by_question[qid]]
+        docs = retrieve(asked)
+        verdicts = decide(asked, docs, questions)
         out: list[dict[str, Any] | Failed] = []
         for qid in batch:
             error = next((verdicts[r.id] for r in by_question[qid] if isinstance(verdicts[r.id], Failed)), None)
@@ -145,7 +162,7 @@ def build_judgements(cfg: JudgeConfig, *, judge: Any, kb: Any, knowledge: Any, r
     verdicts = Counter(r.judgement for r in records)
     counts: dict[str, Any] = {
         "queries": len(judged), "positive": verdicts["positive"], "negative": verdicts["negative"],
-        "dropped_unreadable": len(judged) - len(records),
+        "dropped_unreadable": len(judged) - len(records), **extra,
         **{f"positive_share/{s}": round(sum(r.judgement == "positive" for r in records if r.source == s)
                                         / max(1, sum(r.source == s for r in records)), 4)
            for s in dict.fromkeys(r.source for r in records)},
@@ -163,8 +180,54 @@ def build_judgements(cfg: JudgeConfig, *, judge: Any, kb: Any, knowledge: Any, r
 Verdicts = dict[str, "str | None | Failed"]
 
 
+def _decider(cfg: JudgeConfig, judge: Any, kb: Any, knowledge: Any, by_question: dict[str, list[SourceQuery]],
+             questions: dict[str, Any], retrieve: Any, log: Any) -> tuple[Any, dict[str, Any]]:
+    """The function that gives a batch of queries their verdicts under ``cfg.signal``, and what the manifest
+    should record about it (RaFe's reranker and threshold)."""
+    if cfg.signal != "rerank":
+        return functools.partial(VERDICTS[cfg.signal], cfg, judge=judge), {}
+    from omnimed.knowledge.build import build_reranker
+
+    reranker = kb.reranker if kb.reranker is not None else build_reranker(knowledge, getattr(kb, "encoder", None))
+    threshold, extra = cfg.rerank_threshold, {"reranker": repr(reranker)}
+    if threshold is None:
+        dev = [r for qid in list(by_question)[:cfg.threshold_dev_questions] for r in by_question[qid]]
+        docs = retrieve(dev)
+        scores = best_rerank_scores(reranker, dev, docs, questions, kb)
+        oracle = _world_oracle(knowledge)
+        truth = [oracle.supports_in_part(r.question_id, [h.doc_id for h in docs[r.id]]) for r in dev]
+        threshold = choose_threshold([scores[r.id] for r in dev], truth)
+        extra.update({"rerank_threshold_dev/questions": min(len(by_question), cfg.threshold_dev_questions),
+                      "rerank_threshold_dev/queries": len(dev), "rerank_threshold_dev/positive": sum(truth)})
+        log(f"{STAGE}: rerank threshold {threshold:.4f} chosen on {len(dev)} queries ({sum(truth)} positive)")
+    extra["rerank_threshold"] = round(float(threshold), 6)
+    return functools.partial(_rerank, reranker=reranker, threshold=float(threshold), kb=kb), extra
+
+
+def choose_threshold(scores: Sequence[float], truth: Sequence[bool]) -> float:
+    """The score threshold ``t`` at which ``score >= t`` agrees best with ``truth`` by F1 (the positive class is the
+    rare one: accuracy alone would choose to call everything negative)."""
+    import numpy as np
+    from sklearn.metrics import precision_recall_curve
+
+    if not any(truth):
+        raise ValueError("no positive query among the development queries: the threshold cannot be chosen; raise "
+                         "stage.threshold_dev_questions or give stage.rerank_threshold")
+    finite = np.nan_to_num(np.asarray(scores, dtype=np.float64), neginf=-1e30)  # a query that found nothing
+    precision, recall, thresholds = precision_recall_curve(np.asarray(truth, dtype=bool), finite)
+    f1 = np.divide(2 * precision * recall, precision + recall, out=np.zeros_like(precision),
+                   where=(precision + recall) > 0)[:-1]
+    return float(thresholds[int(np.argmax(f1))])
+
+
+def _world_oracle(knowledge: Any) -> Any:
+    from omnimed.knowledge.corpus import world_of
+
+    return world_of(knowledge).oracle
+
+
 def _llm(cfg: JudgeConfig, asked: list[SourceQuery], docs: dict[str, list[Any]], questions: dict[str, Any],
-         judge: Any, kb: Any) -> Verdicts:
+         judge: Any) -> Verdicts:
     """The judge LLM's yes / no on each query's documents (Prompt E.4)."""
     requests = [Request(prompts.judge_messages(questions[r.question_id], [h.passage for h in docs[r.id]]),
                         {"task": STAGE, "question_id": r.question_id, "passage_ids": [h.doc_id for h in docs[r.id]]})
@@ -175,14 +238,15 @@ def _llm(cfg: JudgeConfig, asked: list[SourceQuery], docs: dict[str, list[Any]],
 
 
 def _downstream(cfg: JudgeConfig, asked: list[SourceQuery], docs: dict[str, list[Any]], questions: dict[str, Any],
-                judge: Any, kb: Any) -> Verdicts:
+                judge: Any) -> Verdicts:
     """Trainable Planning: positive when the reader is right with the query's documents and wrong without."""
     from omnimed.methods.reader import Reader
 
     reader = Reader(judge, params=SamplingParams(max_new_tokens=cfg.max_new_tokens), answer_mode=cfg.answer_mode)
     qids = list(dict.fromkeys(r.question_id for r in asked))
     alone = dict(zip(qids, reader.answer_mcq([questions[q] for q in qids])))
-    helped = reader.answer_mcq([questions[r.question_id] for r in asked], [[h.passage for h in docs[r.id]] for r in asked])
+    helped = reader.answer_mcq([questions[r.question_id] for r in asked],
+                               [[h.passage for h in docs[r.id]] for r in asked])
     out: Verdicts = {}
     for r, with_docs in zip(asked, helped):
         error = with_docs.error or alone[r.question_id].error
@@ -191,22 +255,50 @@ def _downstream(cfg: JudgeConfig, asked: list[SourceQuery], docs: dict[str, list
     return out
 
 
-def _rerank(cfg: JudgeConfig, asked: list[SourceQuery], docs: dict[str, list[Any]], questions: dict[str, Any],
-            judge: Any, kb: Any) -> Verdicts:
-    """RaFe: positive when the reranker scores the question against the query's best document at least
-    ``rerank_threshold``."""
+def best_rerank_scores(reranker: Any, asked: list[SourceQuery], docs: dict[str, list[Any]],
+                       questions: dict[str, Any], kb: Any = None) -> dict[str, float]:
+    """RaFe's score of each query: the reranker's best score of the question against the query's documents
+    (-inf for a query that found none). A bi-encoder's scores come from vectors: each question encoded once and
+    each document read from ``kb``'s embedding cache, the cosines its ``rerank`` computes without encoding a
+    document again for every query that found it (24,000 queries of 5 documents each in miniature)."""
+    from omnimed.knowledge.rerank import BiEncoderReranker
     from omnimed.knowledge.types import index_text
 
-    out: Verdicts = {}
+    if isinstance(reranker, BiEncoderReranker) and kb is not None:
+        return _cosine_scores(reranker.encoder, kb, asked, docs, questions)
+    out: dict[str, float] = {}
     for r in asked:
         texts = [index_text(h.passage) for h in docs[r.id]]
-        best = max((score for _, score in kb.reranker.rerank(prompts.question_text(questions[r.question_id]), texts,
-                                                              len(texts))), default=float("-inf"))
-        out[r.id] = "positive" if best >= cfg.rerank_threshold else "negative"
+        out[r.id] = max((score for _, score in reranker.rerank(prompts.question_text(questions[r.question_id]),
+                                                                texts, len(texts))), default=float("-inf"))
     return out
 
 
-VERDICTS = {"llm": _llm, "downstream": _downstream, "rerank": _rerank}
+def _cosine_scores(encoder: Any, kb: Any, asked: list[SourceQuery], docs: dict[str, list[Any]],
+                   questions: dict[str, Any]) -> dict[str, float]:
+    """:func:`best_rerank_scores` for a bi-encoder: the best cosine of each query's documents with its question."""
+    import numpy as np
+    from sklearn.preprocessing import normalize
+
+    from omnimed.knowledge.types import index_text
+
+    qids = list(dict.fromkeys(r.question_id for r in asked))
+    qvec = dict(zip(qids, normalize(encoder.encode_queries([prompts.question_text(questions[q]) for q in qids]))))
+    # keyed by text, not id: a graph hit's text (its concept's relations ranked for the query) differs per query
+    texts = list(dict.fromkeys(index_text(h.passage) for r in asked for h in docs[r.id]))
+    dvec = dict(zip(texts, normalize(np.asarray(kb.embed_docs(encoder, texts))) if texts else []))
+    return {r.id: max((float(dvec[index_text(h.passage)] @ qvec[r.question_id]) for h in docs[r.id]),
+                      default=float("-inf")) for r in asked}
+
+
+def _rerank(asked: list[SourceQuery], docs: dict[str, list[Any]], questions: dict[str, Any], *, reranker: Any,
+            threshold: float, kb: Any) -> Verdicts:
+    """RaFe: positive when the question's best rerank score against the query's documents reaches ``threshold``."""
+    scores = best_rerank_scores(reranker, asked, docs, questions, kb)
+    return {r.id: "positive" if scores[r.id] >= threshold else "negative" for r in asked}
+
+
+VERDICTS = {"llm": _llm, "downstream": _downstream}  # rerank: _decider binds its reranker and threshold
 
 
 def agreement_with_oracle(records: list[SourceQuery], knowledge: Any) -> dict[str, float]:
@@ -214,11 +306,9 @@ def agreement_with_oracle(records: list[SourceQuery], knowledge: Any) -> dict[st
     documents (the paper's table 9 with the oracle as the human reference; positive is the class scored)."""
     from sklearn.metrics import accuracy_score, precision_recall_fscore_support
 
-    from omnimed.knowledge.corpus import world_of
-
     if not records:
         return {}
-    oracle = world_of(knowledge).oracle
+    oracle = _world_oracle(knowledge)
     truth = [oracle.supports_in_part(r.question_id, r.passage_ids) for r in records]
     said = [r.judgement == "positive" for r in records]
     precision, recall, f1, _ = precision_recall_fscore_support(truth, said, average="binary", zero_division=0)

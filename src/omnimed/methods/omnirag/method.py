@@ -4,7 +4,9 @@
 The reader is the run's backend and model; the planner is served by the same kind of backend with its own model:
 ``planner=frozen`` the untrained ``planner_model`` (the run's model when null), or a trained planner's export
 named in ``checkpoints`` (``sft``, ``spo`` = SFT then DPO, ``dpo`` = DPO only, ``sft_neg`` = SFT on negative
-plans, ``spo_ood`` = trained without the one source it is tested with: ``{source}`` in its path). On the oracle
+plans, ``spo_ood`` = trained without the one source it is tested with: ``{source}`` in its path; ``trainable`` and
+``rafe``: table 4's supervised baselines, SFT then DPO on queries labelled by the reader's accuracy gain or by a
+rerank score instead of the judge LLM). On the oracle
 backend the planner is the world's oracle planner (:mod:`.expert`). Plan text is parsed as far as it is valid;
 what was dropped is counted per question (``plan_problems``), never a crash. Besides accuracy the method reports
 its plans' statistics (tables 12 and 13, figure 7) and how often the plan's documents hold the gold passages.
@@ -29,7 +31,7 @@ from omnimed.methods.omnirag.pairs import PairsConfig, build_pairs
 from omnimed.methods.registry import Method, Stage, register_method
 
 #: the trained planners a table names, by ``pipeline.planner``
-TRAINED = ("sft", "spo", "dpo", "sft_neg", "spo_ood")
+TRAINED = ("sft", "spo", "dpo", "sft_neg", "spo_ood", "trainable", "rafe")
 
 
 def _miniature(task: str, run: str) -> str:
@@ -38,15 +40,15 @@ def _miniature(task: str, run: str) -> str:
 
 @dataclass
 class OmniRAGConfig:
-    """``planner``: frozen | sft | spo | dpo | sft_neg | spo_ood; ``planner_model``: the frozen planner (a
-    ``conf/model`` name, a folder or a hub id; null: the run's model); ``planner_backend``: the backend kind that
-    serves the planner (hf, vllm, openai; null or the reader's kind: the reader's, with its settings; another kind
-    runs with its defaults, cached; on ``backend=oracle`` a trained
-    planner needs ``planner_backend=hf``, else the oracle plans); ``checkpoints``: each trained planner's
-    export; ``sources``: what the planner is told it may search (null: every source of the knowledge base);
-    ``drop_sources``: sources whose documents are removed before reading (table 6); ``per_query_k``: documents
-    retrieved per query; ``top_k``: documents the reader reads, taken rank by rank across the plan's queries so
-    every query contributes its best first."""
+    """``planner``: frozen | sft | spo | dpo | sft_neg | spo_ood | trainable | rafe; ``planner_model``: the frozen
+    planner (a ``conf/model`` name, a folder or a hub id; null: the run's model); ``planner_backend``: the backend
+    kind that serves the planner (hf, vllm, openai; null or the reader's kind: the reader's, with its settings;
+    another kind runs with its defaults, cached; on ``backend=oracle`` a trained planner needs
+    ``planner_backend=hf``, else the oracle plans); ``checkpoints``: each trained planner's export; ``sources``:
+    what the planner is told it may search (null: every source of the knowledge base); ``drop_sources``: sources
+    whose documents are removed before reading (table 6); ``per_query_k``: documents retrieved per query;
+    ``top_k``: documents the reader reads, taken rank by rank across the plan's queries so every query contributes
+    its best first."""
 
     name: str = "omnirag"
     planner: str = "frozen"
@@ -55,7 +57,8 @@ class OmniRAGConfig:
     checkpoints: dict[str, str] = field(default_factory=lambda: {
         "sft": _miniature("planner_sft", "planner-sft"), "spo": _miniature("planner_dpo", "planner-spo"),
         "dpo": _miniature("planner_dpo", "planner-dpo"), "sft_neg": _miniature("planner_sft", "planner-sft-neg"),
-        "spo_ood": _miniature("planner_dpo", "planner-spo-ood-{source}")})
+        "spo_ood": _miniature("planner_dpo", "planner-spo-ood-{source}"),
+        "trainable": _miniature("planner_dpo", "planner-trainable"), "rafe": _miniature("planner_dpo", "planner-rafe")})
     sources: Optional[list[str]] = None
     drop_sources: list[str] = field(default_factory=list)
     per_query_k: int = 3
@@ -130,8 +133,8 @@ class OmniRAG(Method):
 
     def serve_planner(self, kb: Any) -> Any:
         """The backend that serves the planner ``pipeline.planner`` names."""
-        from omnimed.generation.factory import default_cache_root
         from omnimed.methods.backends import run_backend
+        from omnimed.models.cache import cache_root as default_cache_root
 
         cfg = self.cfg
         if self._served is None:

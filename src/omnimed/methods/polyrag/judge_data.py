@@ -116,6 +116,13 @@ def build_judge_data(cfg: JudgeDataConfig, *, teacher: Any, kb: Any, knowledge: 
     return StageResult(stage.path, counts, False)
 
 
+def question_kind(q: MultipleChoiceQuestion | OpenQuestion) -> str:
+    """What a pair's question asks about, as its judge's validation groups it (``data.val_group_by=kind``): the
+    world's kind (``treatment``), ``open:<kind>`` for an open question, ``other`` outside a world."""
+    kind = q.metadata.get("kind", "other")
+    return f"open:{kind}" if isinstance(q, OpenQuestion) else kind
+
+
 def _records(cfg: JudgeDataConfig, questions: Sequence[MultipleChoiceQuestion], done: dict[str, Any],
              table: dict[str, Any], build: Any) -> tuple[list[PromptCompletion], dict[str, Any]]:
     pairs = [(q, pid, label) for q in questions if q.id in done for pid, label in done[q.id]["pairs"]]
@@ -134,7 +141,8 @@ def _records(cfg: JudgeDataConfig, questions: Sequence[MultipleChoiceQuestion], 
     kept.sort(key=lambda item: (item[0].id, item[1]))
     records = [PromptCompletion(id=f"{cfg.judge}-{q.id}-{pid}", prompt=build(q.question, table[pid]),
                                 completion=[{"role": "assistant", "content": label}],
-                                metadata={"split": q.split, "question_id": q.id, "passage_id": pid, "label": label})
+                                metadata={"split": q.split, "question_id": q.id, "passage_id": pid, "label": label,
+                                          "kind": question_kind(q)})
                for q, pid, label in kept]
     counts = {"examples": len(records), "questions": len(done), "unreadable": unreadable,
               "labels": dict(sorted(Counter(r.metadata["label"] for r in records).items())),

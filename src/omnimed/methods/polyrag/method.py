@@ -126,8 +126,8 @@ class PolyRAG(ClosedBook):
     def judge(self, task: str, kb: Any) -> Any:
         """The backend serving a judge (``relevance_judge`` / ``supplement_judge``), the oracle on
         ``backend=oracle``; None when the judge is not configured."""
-        from omnimed.generation.factory import default_cache_root
         from omnimed.methods.backends import run_backend
+        from omnimed.models.cache import cache_root as default_cache_root
 
         if task in self._judges:
             return self._judges[task]

@@ -271,7 +271,7 @@ def test_rafe_chooses_its_threshold_on_the_dev_queries_and_labels_every_query_by
     threshold = counts["rerank_threshold"]
     judged = load_record_set(result.path, SourceQuery)
     questions = questions_by_id("world", built["knowledge"])
-    docs = {r.id: [h for h in kb_tiny.search_batch(r.source, [r.query], 5)[0]] for r in judged}
+    docs = {r.id: kb_tiny.search_batch(r.source, [r.query], 5)[0] for r in judged}
     scores = best_rerank_scores(_OverlapReranker(), judged, docs, questions)
     assert {r.judgement for r in judged} == {"positive", "negative"}
     assert all((r.judgement == "positive") == (scores[r.id] >= threshold - 1e-6) for r in judged)

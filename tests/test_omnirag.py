@@ -313,12 +313,22 @@ def test_a_trained_planner_beside_the_oracle_reader_is_served_from_its_export_an
     method.serve(BackendConfig(name="oracle", cache=False, cache_dir="/c"), model=None)
     assert method.serve_planner(kb_tiny) == "planner"
     cfg, root = served[0]
-    assert (cfg.name, cfg.model, cfg.cache, cfg.cache_dir, root) == ("hf", "/exports/sft/hf", True, "/c", "/c")
+    assert (cfg.name, cfg.model, cfg.cache, cfg.cache_dir) == ("hf", "/exports/sft/hf", True, "/c")
     # without a backend cache folder the planner caches where the run does (paths.cache), not in the home folder
     method.serve(BackendConfig(name="hf", cache_dir=None), model=None)
     method.cache_root = "/runs/cache"
     method.serve_planner(kb_tiny)
     assert served[1][1] == "/runs/cache"
+    # a planner of the user's own is one more key of pipeline.checkpoints; a name that is none of them says so
+    mine = OmniRAG(OmniRAGConfig(planner="mine", checkpoints={"sft": "/exports/sft/hf", "mine": "/exports/mine/hf"}))
+    mine.serve(BackendConfig(name="hf"), model=None)
+    mine.serve_planner(kb_tiny)
+    assert served[2][0].model == "/exports/mine/hf"
+    typo = OmniRAG(OmniRAGConfig(planner="spoo", checkpoints={"sft": "/exports/sft/hf"}))
+    typo.serve(BackendConfig(name="hf"), model=None)
+    with pytest.raises(ValueError, match=r"pipeline.planner='spoo': expected frozen or a key of pipeline.checkpoints "
+                                         r"\(sft\); .*\+pipeline.checkpoints.spoo="):
+        typo.serve_planner(kb_tiny)
 
 
 def test_one_available_source_leaves_the_plans_other_queries_unsearched_and_picks_its_ood_planner(

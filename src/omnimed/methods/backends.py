@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 
-def run_backend(backend_cfg: Any, *, model: Any, knowledge: Any, cache_root: str | Path) -> Any:
+def run_backend(backend_cfg: Any, *, model: Any, knowledge: Any, cache_root: str | Path | None) -> Any:
     """The backend ``backend_cfg`` names, serving ``model`` (when it names none itself); the oracle gets the world
-    of ``knowledge``. Calls go through the on-disk cache under ``cache_root`` unless the backend config turns it
-    off."""
+    of ``knowledge``. Calls go through the on-disk cache under ``cache_root`` (None: the default one) unless the
+    backend config names its own folder or turns it off."""
     from omnimed.generation.factory import build_backend
 
     world = None
@@ -18,4 +18,4 @@ def run_backend(backend_cfg: Any, *, model: Any, knowledge: Any, cache_root: str
         from omnimed.knowledge.corpus import world_of
 
         world = world_of(knowledge)
-    return build_backend(backend_cfg, model=model, world=world, cache_root=Path(cache_root))
+    return build_backend(backend_cfg, model=model, world=world, cache_root=Path(cache_root) if cache_root else None)

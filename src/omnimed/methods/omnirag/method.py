@@ -30,9 +30,6 @@ from omnimed.methods.omnirag.judge import JudgeConfig, build_judgements
 from omnimed.methods.omnirag.pairs import PairsConfig, build_pairs
 from omnimed.methods.registry import Method, Stage, register_method
 
-#: the trained planners a table names, by ``pipeline.planner``
-TRAINED = ("sft", "spo", "dpo", "sft_neg", "spo_ood", "trainable", "rafe")
-
 
 def _miniature(task: str, run: str) -> str:
     return f"${{paths.root}}/checkpoints/{task}/omnirag-miniature-{run}/hf"
@@ -40,15 +37,15 @@ def _miniature(task: str, run: str) -> str:
 
 @dataclass
 class OmniRAGConfig:
-    """``planner``: frozen | sft | spo | dpo | sft_neg | spo_ood | trainable | rafe; ``planner_model``: the frozen
-    planner (a ``conf/model`` name, a folder or a hub id; null: the run's model); ``planner_backend``: the backend
-    kind that serves the planner (hf, vllm, openai; null or the reader's kind: the reader's, with its settings;
-    another kind runs with its defaults, cached; on ``backend=oracle`` a trained planner needs
-    ``planner_backend=hf``, else the oracle plans); ``checkpoints``: each trained planner's export; ``sources``:
-    what the planner is told it may search (null: every source of the knowledge base); ``drop_sources``: sources
-    whose documents are removed before reading (table 6); ``per_query_k``: documents retrieved per query;
-    ``top_k``: documents the reader reads, taken rank by rank across the plan's queries so every query contributes
-    its best first."""
+    """``planner``: frozen or a key of ``checkpoints`` (sft | spo | dpo | sft_neg | spo_ood | trainable | rafe, or
+    one a run adds); ``planner_model``: the frozen planner (a ``conf/model`` name, a folder or a hub id; null: the
+    run's model); ``planner_backend``: the backend kind that serves the planner (hf, vllm, openai; null or the
+    reader's kind: the reader's, with its settings; another kind runs with its defaults, cached; on
+    ``backend=oracle`` a trained planner needs ``planner_backend=hf``, else the oracle plans); ``checkpoints``: each
+    trained planner's export; ``sources``: what the planner is told it may search (null: every source of the
+    knowledge base); ``drop_sources``: sources whose documents are removed before reading (table 6);
+    ``per_query_k``: documents retrieved per query; ``top_k``: documents the reader reads, taken rank by rank across
+    the plan's queries so every query contributes its best first."""
 
     name: str = "omnirag"
     planner: str = "frozen"
@@ -68,6 +65,10 @@ class OmniRAGConfig:
     max_new_tokens: int = 512
     temperature: float = 0.0
     answer_mode: str = "generate"
+
+
+#: the trained planners the tables name by ``pipeline.planner`` (a run may add its own to ``pipeline.checkpoints``)
+TRAINED = tuple(OmniRAGConfig().checkpoints)
 
 
 def _explore(cfg: ExploreConfig, ctx: Any) -> Any:
@@ -134,26 +135,24 @@ class OmniRAG(Method):
     def serve_planner(self, kb: Any) -> Any:
         """The backend that serves the planner ``pipeline.planner`` names."""
         from omnimed.methods.backends import run_backend
-        from omnimed.models.cache import cache_root as default_cache_root
 
         cfg = self.cfg
         if self._served is None:
             raise RuntimeError("pipeline=omnirag: serve() names the run's backend before answer()")
         backend_cfg, model = self._served
-        if cfg.planner in TRAINED:
-            if cfg.planner not in cfg.checkpoints:
-                raise ValueError(f"pipeline.planner={cfg.planner}: no export in pipeline.checkpoints "
-                                 f"(has {', '.join(cfg.checkpoints)})")
+        if cfg.planner == "frozen":
+            path = cfg.planner_model
+        elif cfg.planner in cfg.checkpoints:
             path = cfg.checkpoints[cfg.planner]
             if "{source}" in path:  # one planner per held-out source (table 8's OOD planner)
                 if not cfg.sources or len(cfg.sources) != 1:
                     raise ValueError(f"pipeline.checkpoints.{cfg.planner}={path}: {{source}} is the one source "
                                      f"available at test time; set pipeline.sources=[<source>] (got {cfg.sources})")
                 path = path.replace("{source}", cfg.sources[0])
-        elif cfg.planner == "frozen":
-            path = cfg.planner_model
         else:
-            raise ValueError(f"pipeline.planner={cfg.planner!r}: expected frozen or one of {', '.join(TRAINED)}")
+            raise ValueError(f"pipeline.planner={cfg.planner!r}: expected frozen or a key of pipeline.checkpoints "
+                             f"({', '.join(cfg.checkpoints)}); a planner of your own: "
+                             f"+pipeline.checkpoints.{cfg.planner}=<its export folder>")
         if cfg.planner_backend is not None and cfg.planner_backend != backend_cfg.name:
             from omnimed.generation.factory import BackendConfig
 
@@ -162,7 +161,7 @@ class OmniRAG(Method):
         if backend_cfg.name != "oracle":
             backend_cfg = dataclasses.replace(backend_cfg, model=path)
         return run_backend(backend_cfg, model=model, knowledge=kb.cfg,
-                           cache_root=backend_cfg.cache_dir or self.cache_root or default_cache_root())
+                           cache_root=self.cache_root)
 
     def write_plans(self, questions: Sequence[Any], planner: Any, sources: Sequence[str], seed: int) -> list[Any]:
         """Each question's plan text from the planner (greedy, Prompt E.7), or the call's error: what

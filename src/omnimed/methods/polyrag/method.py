@@ -127,7 +127,6 @@ class PolyRAG(ClosedBook):
         """The backend serving a judge (``relevance_judge`` / ``supplement_judge``), the oracle on
         ``backend=oracle``; None when the judge is not configured."""
         from omnimed.methods.backends import run_backend
-        from omnimed.models.cache import cache_root as default_cache_root
 
         if task in self._judges:
             return self._judges[task]
@@ -141,7 +140,7 @@ class PolyRAG(ClosedBook):
         if backend_cfg.name != "oracle":
             backend_cfg = dataclasses.replace(backend_cfg, model=path)
         self._judges[task] = run_backend(backend_cfg, model=model, knowledge=kb.cfg,
-                                         cache_root=backend_cfg.cache_dir or self.cache_root or default_cache_root())
+                                         cache_root=self.cache_root)
         return self._judges[task]
 
     def utility_encoder(self, kb: Any) -> Any:

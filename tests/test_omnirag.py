@@ -314,6 +314,7 @@ def test_a_trained_planner_beside_the_oracle_reader_is_served_from_its_export_an
     assert method.serve_planner(kb_tiny) == "planner"
     cfg, root = served[0]
     assert (cfg.name, cfg.model, cfg.cache, cfg.cache_dir) == ("hf", "/exports/sft/hf", True, "/c")
+    assert cfg.batch_size == 32  # pipeline.planner_batch_size, whatever the reader's batch
     # without a backend cache folder the planner caches where the run does (paths.cache), not in the home folder
     method.serve(BackendConfig(name="hf", cache_dir=None), model=None)
     method.cache_root = "/runs/cache"
@@ -324,6 +325,10 @@ def test_a_trained_planner_beside_the_oracle_reader_is_served_from_its_export_an
     mine.serve(BackendConfig(name="hf"), model=None)
     mine.serve_planner(kb_tiny)
     assert served[2][0].model == "/exports/mine/hf"
+    mine.cfg.planner_batch_size = None  # null: the backend's own batch size
+    mine.serve(BackendConfig(name="hf", batch_size=4), model=None)
+    mine.serve_planner(kb_tiny)
+    assert served[3][0].batch_size == 4
     typo = OmniRAG(OmniRAGConfig(planner="spoo", checkpoints={"sft": "/exports/sft/hf"}))
     typo.serve(BackendConfig(name="hf"), model=None)
     with pytest.raises(ValueError, match=r"pipeline.planner='spoo': expected frozen or a key of pipeline.checkpoints "

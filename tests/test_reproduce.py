@@ -111,7 +111,7 @@ def test_what_a_miniature_row_or_step_reads_is_made_by_the_tables_own_prepare_st
     """A row (or prepare step) reading a checkpoint or build that no earlier step creates fails only when it runs,
     hours into a table; a row reading a trained planner must name that seed's export, or `--training-seeds`
     would read seed 0's planner beside another seed's reader."""
-    from omnimed.methods.omnirag.method import TRAINED
+    from omnimed.methods.omnirag.method import OmniRAGConfig
     from omnimed.tables.reproduce import for_training_seed, plan_rows
 
     root = Path(__file__).resolve().parents[1] / "experiments"
@@ -129,7 +129,7 @@ def test_what_a_miniature_row_or_step_reads_is_made_by_the_tables_own_prepare_st
                 for found in _ARTIFACT.findall(" ".join(effective.values())):
                     assert _made_by(found, created), (path.name, plan.row.name, found)
                 planner = effective.get("pipeline.planner")
-                if planner in TRAINED:
+                if planner in OmniRAGConfig().checkpoints:  # a trained planner
                     assert f"pipeline.checkpoints.{planner}" in effective, (path.name, plan.row.name)
 
 

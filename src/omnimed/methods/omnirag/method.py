@@ -70,10 +70,6 @@ class OmniRAGConfig:
     answer_mode: str = "generate"
 
 
-#: the trained planners the tables name by ``pipeline.planner`` (a run may add its own to ``pipeline.checkpoints``)
-TRAINED = tuple(OmniRAGConfig().checkpoints)
-
-
 def _explore(cfg: ExploreConfig, ctx: Any) -> Any:
     return build_exploration(cfg, expert=ctx.backend, knowledge=ctx.knowledge, root=str(ctx.root),
                              progress=ctx.progress, log=ctx.log, max_failed=ctx.max_failed)

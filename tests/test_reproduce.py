@@ -493,6 +493,21 @@ def test_the_smallest_detectable_difference_is_the_paired_half_width_of_the_most
     assert n == 2 and half == pytest.approx(1.959964 * (((0.25 ** 2 + 0.75 ** 2) / 2) / 2) ** 0.5, abs=1e-6)
 
 
+def test_a_column_where_every_row_answers_alike_is_reported_as_telling_no_rows_apart(tmp_path):
+    from omnimed.tables.detectable import detectable_difference
+    from omnimed.tables.report import Cell, markdown
+
+    m = load_manifest(manifest(tmp_path, ROWS[:2]))
+    same = {f"q{i}#0": i % 3 == 0 for i in range(30)}  # one answer for all: the rows agree on every question
+    cells = {r["name"]: {"World": Cell(ours=33.3, status="measured", outcomes=dict(same))} for r in ROWS[:2]}
+    alike = markdown(m, cells, "miniature", {"World": detectable_difference([dict(same), dict(same)])})
+    assert "Every row has the same outcome on every question of: World" in alike
+    other = cells[ROWS[1]["name"]]["World"].outcomes
+    other["q1#0"] = True  # one question apart: a resolution, not this line
+    apart = markdown(m, cells, "miniature", {"World": detectable_difference([dict(same), other])})
+    assert "Every row has the same outcome" not in apart
+
+
 def test_each_row_is_paired_by_question_against_the_named_row_and_separated_pairs_are_marked(tmp_path):
     from omnimed.tables.detectable import paired_difference
     from omnimed.tables.report import Cell, markdown

@@ -222,6 +222,9 @@ def markdown(manifest: TableManifest, cells: dict[str, dict[str, Cell]], preset:
                       "between consecutive rows."]
         if blind:
             lines.append(f"This run cannot detect even the paper's largest effect in: {', '.join(blind)}.")
+        if alike := [c for c in manifest.columns if c in detectable and detectable[c][0] == 0]:
+            lines.append(f"Every row has the same outcome on every question of: {', '.join(alike)}; there the run "
+                         "tells no two rows apart, whatever their true difference (the 0 above is not a resolution).")
     lines += paired_lines(manifest, cells)
     if shared := shared_runs(manifest, cells):
         lines += ["", f"Rows run once at `{preset}` (their overrides compose to the same `omnimed-evaluate` config "

@@ -98,7 +98,8 @@ def test_plans_follow_the_papers_rules_and_are_trl_conversational(built):
         for plan, verdict in ((chosen.plan, "positive"), (rejected.plan, "negative")):
             for source, queries in plan.queries.items():
                 assert len(queries) <= 3
-                mine = {r.query for r in judged if r.question_id == qid and r.source == source and r.judgement == verdict}
+                mine = {r.query for r in judged
+                        if r.question_id == qid and r.source == source and r.judgement == verdict}
                 assert set(queries) <= mine and (queries or not mine)
         assert is_conversational({"prompt": [m.model_dump() for m in pair.prompt]})
     assert {r.metadata["question_id"] for r in dpo} <= {r.metadata["question_id"] for r in sft}
@@ -241,6 +242,46 @@ def test_the_baselines_signals_judge_the_same_documents_and_are_scored_against_t
                                   knowledge=built["knowledge"], progress=False, log=quiet).counts
     assert downstream["positive"] == 0 and downstream["agreement/recall"] == 0.0
     assert downstream["agreement/accuracy"] == pytest.approx(counts["negative"] / counts["queries"], abs=1e-4)
+
+
+class _ForgetfulReader:
+    """A reader that answers the questions of ``wrong_alone`` wrongly without documents and defers to the oracle
+    (who knows every answer) otherwise; it records which questions it was shown documents for."""
+
+    name = model_id = "forgetful"
+
+    def __init__(self, oracle, wrong_alone):
+        self.oracle, self.wrong_alone, self.read_with_docs = oracle, wrong_alone, set()
+
+    def generate(self, requests, params):
+        out = []
+        for r in requests:
+            if r.meta["passage_ids"]:
+                self.read_with_docs.add(r.meta["question_id"])
+            if not r.meta["passage_ids"] and r.meta["question_id"] in self.wrong_alone:
+                out.append([Generation(text="no idea")])
+            else:
+                out.extend(self.oracle.generate([r], params))
+        return out
+
+
+def test_trainable_planning_reads_documents_only_for_questions_the_reader_gets_wrong_alone(built, tmp_path, kb_tiny):
+    """A query is positive exactly when its documents turn the reader's wrong answer right; a question answered
+    right without documents has no positive query, and its queries' documents are never read (the stage's cost
+    is the reader's calls)."""
+    from omnimed.methods.omnirag.judge import JudgeConfig, build_judgements
+
+    explored = load_record_set(built["explore"].path, SourceQuery)
+    qids = sorted({r.question_id for r in explored})
+    reader = _ForgetfulReader(built["oracle"], set(qids[::2]))
+    result = build_judgements(JudgeConfig(explore=str(built["explore"].path), signal="downstream",
+                                          out=str(tmp_path / "downstream")), judge=reader, kb=kb_tiny,
+                              knowledge=built["knowledge"], progress=False, log=lambda *a, **k: None)
+    judged = load_record_set(result.path, SourceQuery)
+    assert reader.read_with_docs and reader.read_with_docs <= reader.wrong_alone
+    for r in judged:
+        assert (r.judgement == "positive") == (r.question_id in reader.wrong_alone and bool(r.passage_ids))
+    assert result.counts["positive"] > 0
 
 
 class _OverlapReranker:

@@ -239,19 +239,26 @@ def _llm(cfg: JudgeConfig, asked: list[SourceQuery], docs: dict[str, list[Any]],
 
 def _downstream(cfg: JudgeConfig, asked: list[SourceQuery], docs: dict[str, list[Any]], questions: dict[str, Any],
                 judge: Any) -> Verdicts:
-    """Trainable Planning: positive when the reader is right with the query's documents and wrong without."""
+    """Trainable Planning: positive when the reader is right with the query's documents and wrong without. A
+    question the reader answers right alone has no positive query, so its queries' documents are not read."""
     from omnimed.methods.reader import Reader
 
     reader = Reader(judge, params=SamplingParams(max_new_tokens=cfg.max_new_tokens), answer_mode=cfg.answer_mode)
     qids = list(dict.fromkeys(r.question_id for r in asked))
     alone = dict(zip(qids, reader.answer_mcq([questions[q] for q in qids])))
-    helped = reader.answer_mcq([questions[r.question_id] for r in asked],
-                               [[h.passage for h in docs[r.id]] for r in asked])
     out: Verdicts = {}
-    for r, with_docs in zip(asked, helped):
-        error = with_docs.error or alone[r.question_id].error
-        out[r.id] = (Failed(r.id, error) if error else
-                     "positive" if with_docs.correct and not alone[r.question_id].correct else "negative")
+    for r in asked:
+        first = alone[r.question_id]
+        if first.error:
+            out[r.id] = Failed(r.id, first.error)
+        elif first.correct:
+            out[r.id] = "negative"
+    rest = [r for r in asked if r.id not in out]
+    helped = reader.answer_mcq([questions[r.question_id] for r in rest],
+                               [[h.passage for h in docs[r.id]] for r in rest]) if rest else []
+    for r, with_docs in zip(rest, helped):
+        out[r.id] = (Failed(r.id, with_docs.error) if with_docs.error else
+                     "positive" if with_docs.correct else "negative")
     return out
 
 

@@ -97,6 +97,23 @@ def test_a_torn_last_line_of_progress_is_cut_and_resume_appends_whole_lines(tmp_
     assert set(open_stage("demo", Settings(out=str(tmp_path / "s"))).start()) == {"a", "b", "c"}
 
 
+def test_a_stage_folder_resumes_when_its_input_folder_is_spelled_another_way_and_names_a_real_change(
+        tmp_path, monkeypatch):
+    """The key holds an input folder as spelled; the same folder given relative or absolute resumes the work done,
+    while a setting that changed is refused with its old and new values named."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "builds" / "explore").mkdir(parents=True)
+    first = StageDir("demo", {"explore": str(tmp_path / "builds" / "explore"), "k": 5}, out=tmp_path / "s")
+    first.start()
+    first.append([{"id": "a"}])
+    relative = StageDir("demo", {"explore": "./builds/explore", "k": 5}, out=tmp_path / "s")
+    assert relative.key != first.key and set(relative.start()) == {"a"}
+    with pytest.raises(StageError, match=r"k: 5 then, 3 now"):
+        StageDir("demo", {"explore": "./builds/explore", "k": 3}, out=tmp_path / "s").start()
+    with pytest.raises(StageError, match=r"explore: .* then, 'builds/other' now"):
+        StageDir("demo", {"explore": "builds/other", "k": 5}, out=tmp_path / "s").start()
+
+
 def test_a_corrupt_complete_line_of_progress_is_named(tmp_path):
     stage = StageDir("demo", {"n": 1}, out=tmp_path / "s")
     stage.start()

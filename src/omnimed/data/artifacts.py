@@ -276,6 +276,19 @@ def open_stage(name: str, cfg: Any, *, root: str | Path = ".", **inputs: Any) ->
     return StageDir(name, {**settings, **inputs}, root=root, out=getattr(cfg, "out", None))
 
 
+def changed_settings(stored: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    """The settings whose values differ, two strings that name the same existing file or folder from here
+    (``./builds/x`` and ``/abs/builds/x``) counting as one value: a stage's key holds an input folder as spelled."""
+    def same(a: Any, b: Any) -> bool:
+        if a == b:
+            return True
+        if isinstance(a, str) and isinstance(b, str) and a and b and os.path.exists(a):
+            return os.path.realpath(a) == os.path.realpath(b)
+        return False
+
+    return sorted(k for k in set(stored) | set(now) if k not in stored or k not in now or not same(stored[k], now[k]))
+
+
 class StageDir:
     """The output folder of one stage run. ``settings`` (JSON-able) decide the key; ``out`` fixes the folder,
     otherwise it is ``<root>/builds/<stage>/<key>``."""
@@ -302,11 +315,20 @@ class StageDir:
         return not manifest.get("failed", {}).get("ids")
 
     def _check_key(self, meta: Mapping[str, Any], where: Path) -> None:
-        if meta.get("key") not in (None, self.key) or meta.get("name") not in (None, self.stage):
-            raise StageError(
-                f"{where}: this folder was built by stage {meta.get('name')!r} with other settings (key "
-                f"{meta.get('key')}, now {self.key}); choose another output folder or delete it to rebuild"
-            )
+        if meta.get("name") not in (None, self.stage):
+            raise StageError(f"{where}: this folder was built by stage {meta.get('name')!r}, not {self.stage!r}; "
+                             "choose another output folder")
+        if meta.get("key") in (None, self.key):
+            return
+        stored = meta.get("settings")
+        changed = changed_settings(stored, self.settings) if isinstance(stored, Mapping) else None
+        if changed == []:  # the same settings, an input folder spelled another way (relative / absolute)
+            return
+        what = ("; ".join(f"{k}: {stored.get(k)!r} then, {self.settings.get(k)!r} now" for k in changed[:4])
+                if changed else "its stored settings are not readable")
+        raise StageError(f"{where}: this folder was built by stage {self.stage!r} with other settings (key "
+                         f"{meta.get('key')}, now {self.key}: {what}); choose another output folder or delete it "
+                         "to rebuild")
 
     def start(self) -> dict[str, dict[str, Any]]:
         """Open the folder for work; returns the items finished by an earlier, interrupted run (id -> result)."""

@@ -15,7 +15,8 @@ asks again, and a stage whose failed items pass ``max_failed_share`` (default 5%
 writing a manifest. When every item is done (or failed within the bound), the stage writes its record set
 (``records.jsonl``, ``hf/``) and then ``manifest.json``: a folder with a manifest is complete, and running the stage
 again with the same settings does nothing but ask for the items listed as failed. The settings' key is stored in the
-manifest and in ``stage.json`` at the start; a folder built with other settings is refused rather than mixed.
+manifest and in ``stage.json`` at the start; a folder built with other settings is refused rather than mixed, and
+the refusal names the settings that changed (an input folder spelled another way, relative or absolute, is not one).
 """
 
 from __future__ import annotations

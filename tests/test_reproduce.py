@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -582,6 +583,14 @@ def test_training_seeds_train_each_seed_once_and_the_table_states_the_spread(tmp
     assert res.returncode == 0, res.stderr[-3000:]
     assert "seeded world: done" in " ".join((res.stdout + res.stderr).split())
     assert "Spread over training seeds 0, 3" in (out / "table1.md").read_text()
+    # seed 3's numbers are stored: with its model and runs gone (another machine, say), it is read back, not rebuilt
+    shutil.rmtree(tmp_path / "builds" / "w-seed3")
+    shutil.rmtree(out / "runs" / "table1-seed3")
+    res = reproduce_cli(str(path), "--training-seeds", "0,3", f"paths.root={tmp_path}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "table1.seeds.json, where an earlier run stored it" in " ".join((res.stdout + res.stderr).split())
+    assert not (tmp_path / "builds" / "w-seed3").exists() and not (out / "runs" / "table1-seed3").exists()
+    assert json.loads((out / "table1.seeds.json").read_text())["values"] == spread["values"]
     with pytest.raises(SystemExit):
         from omnimed.cli.reproduce import main
         main([str(path), "--training-seeds", "zero"])
@@ -592,7 +601,7 @@ def test_a_stored_seed_spread_is_not_stated_for_a_row_whose_definition_changed_s
     overrides (or the prepare steps it reads) change, a later single-seed run states no spread for it, and says so;
     the rows left as they were keep theirs."""
     from omnimed.tables.report import Cell, spread_lines
-    from omnimed.tables.reproduce import read_seed_spread, seed_spread
+    from omnimed.tables.reproduce import read_seed_spread, seed_spread, stored_seed_cells
 
     rows = [{**ROWS[0], "preset_overrides": {"miniature": ["knowledge.world_seed={train_seed}"]}}, ROWS[1]]
     path = manifest(tmp_path, rows)
@@ -604,6 +613,10 @@ def test_a_stored_seed_spread_is_not_stated_for_a_row_whose_definition_changed_s
     kept = read_seed_spread(stored, m, "miniature")
     assert kept["changed"] == [] and set(kept["values"]) == {"BM25", "Dense"}
     assert "| Dense | 40.0-44.0 (2.0) |" in "\n".join(spread_lines(m, kept))
+    again = stored_seed_cells(kept, m, [0, 1, 2], main=0)  # a seed-spread run reads seeds 1 and 2 back
+    assert sorted(again) == [1, 2] and again[2]["Dense"]["World"].ours == 44.0
+    partial = seed_spread(m, {0: per_seed[0]}, "miniature")  # a run stopped after its first seed
+    assert "only seed 0 measured so far" in "\n".join(spread_lines(m, partial))
 
     data = yaml.safe_load(path.read_text())
     data["rows"][1]["overrides"] = ["task.methods=[dense]", "task.k=3"]  # Dense is now another computation
@@ -611,6 +624,7 @@ def test_a_stored_seed_spread_is_not_stated_for_a_row_whose_definition_changed_s
     edited = load_manifest(path)
     spread = read_seed_spread(stored, edited, "miniature")
     assert spread["changed"] == ["Dense"] and list(spread["values"]) == ["BM25"]
+    assert stored_seed_cells(spread, edited, [0, 1, 2], main=0) == {}  # a changed row: every seed runs again
     text = "\n".join(spread_lines(edited, spread))
     assert "| BM25 | 50.0-52.0 (1.0) |" in text and "| Dense |" not in text
     assert "Not stated for Dense: the manifest defines the row otherwise" in text

@@ -110,6 +110,10 @@ def spread_lines(manifest: TableManifest, spread: dict) -> list[str]:
     import statistics
 
     seeds = ", ".join(map(str, spread["seeds"]))
+    if len(spread["seeds"]) < 2:  # a seed-spread run stopped after its first seed: nothing to spread yet
+        return ["", f"Spread over training seeds: only seed {seeds} measured so far ({spread['measured']}); "
+                "`omnimed-reproduce <table> --training-seeds ...` measures the rest (a seed stored here is not trained "
+                "again unless it is the table's own)."]
     head = f"Spread over training seeds {seeds} (measured {spread['measured']}"
     body = []
     once = spread.get("ran_once", [])

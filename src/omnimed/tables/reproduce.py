@@ -430,6 +430,27 @@ def read_seed_spread(path: Path, manifest: TableManifest, preset: str) -> dict |
     return {**spread, "changed": changed}
 
 
+def stored_seed_cells(spread: dict | None, manifest: TableManifest, seeds: Sequence[int],
+                      main: int) -> dict[int, dict[str, dict[str, Cell]]]:
+    """The seeds of ``seeds`` (the report's own ``main`` seed excepted: its table needs its predictions) whose
+    numbers a stored spread (:func:`read_seed_spread`) already holds for every row of the table as defined now:
+    a seed-spread run does not train and run them again, so a seed measured in an earlier session (on another
+    machine, say) counts without its models."""
+    if not spread or spread.get("changed"):
+        return {}
+    runnable = [row.name for row in manifest.rows if row.status == "runnable"]
+    if any(name not in spread["values"] for name in runnable):
+        return {}
+    out: dict[int, dict[str, dict[str, Cell]]] = {}
+    for i, seed in enumerate(spread["seeds"]):
+        if seed == main or seed not in seeds:
+            continue
+        out[seed] = {name: {col: Cell(ours=values[i], status="measured" if values[i] is not None else "missing",
+                                      run_dir=f"stored in {manifest.table}.seeds.json")
+                            for col, values in spread["values"][name].items()} for name in runnable}
+    return out
+
+
 def _fill_averages(manifest: TableManifest, preset: str, row_cells: dict[str, Cell]) -> None:
     """An ``average`` column is the unweighted mean of the row's other columns, as the papers compute it; it
     stays empty unless every other column was measured."""
@@ -521,25 +542,34 @@ def reproduce(
         runs[seed] = (seeded, plans, runs_dir)
     plans_by_seed = {seed: plans for seed, (_, plans, _) in runs.items()}
     mark_seed_independent_runs(plans_by_seed)
-    per_seed: dict[int, dict[str, dict[str, Cell]]] = {}
+    main = DEFAULT_TRAINING_SEED if DEFAULT_TRAINING_SEED in seeds else seeds[0]
+    spread_file = out_dir / f"{manifest.table}.seeds.json"
+    stored = (stored_seed_cells(read_seed_spread(spread_file, manifest, preset), manifest, seeds, main)
+              if len(seeds) > 1 else {})
+    ran_once = seed_independent_rows(plans_by_seed)
+    per_seed: dict[int, dict[str, dict[str, Cell]]] = dict(stored)
     for seed, (seeded, plans, runs_dir) in runs.items():
         if len(seeds) > 1:
             log(f"training seed {seed} ({seeds.index(seed) + 1}/{len(seeds)})")
+        if seed in stored:
+            log(f"  read from {spread_file}, where an earlier run stored it for the rows as defined now; not "
+                "trained or run again (delete the file to measure every seed again)")
+            continue
         if dry_run:
             for step in seeded.prepare.get(preset, []):
                 log(f"prepare {step.name}: {' '.join(step.command)} -> {step.creates}")
         elif any(plan.same_as_seed is None and (plan.datasets or plan.alone) for plan in plans):
             run_prepare(seeded, preset, runs_dir, extra, log)
         per_seed[seed] = _run_rows(seeded, plans, preset, runs_dir, launcher, dry_run, log, per_seed)
-    main = DEFAULT_TRAINING_SEED if DEFAULT_TRAINING_SEED in per_seed else seeds[0]
+        if len(seeds) > 1 and not dry_run:  # each seed is kept as soon as it is measured, in the seeds' order
+            done = {s: per_seed[s] for s in seeds if s in per_seed}
+            out_dir.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(spread_file, json.dumps(seed_spread(manifest, done, preset, ran_once), indent=1) + "\n")
     cells = per_seed[main]
     if dry_run:
         return cells, {}
-    spread_file = out_dir / f"{manifest.table}.seeds.json"
     if len(seeds) > 1:
-        spread = seed_spread(manifest, per_seed, preset, seed_independent_rows(plans_by_seed))
-        out_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(spread_file, json.dumps(spread, indent=1) + "\n")
+        spread = seed_spread(manifest, {s: per_seed[s] for s in seeds}, preset, ran_once)
     else:
         spread = read_seed_spread(spread_file, manifest, preset)
     paths = write_report(manifest, cells, out_dir, preset, column_resolution(manifest, cells), spread)

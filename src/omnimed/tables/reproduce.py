@@ -529,9 +529,12 @@ def reproduce(
     """Run the table's runnable rows and write its report; returns the cells and the report paths. With
     ``training_seeds``, the seeded prepare steps train once per seed and every row runs against each seed's
     models: the report is the default seed's table (else the first seed's) with each cell's spread over the seeds,
-    which is also stored (``<table>.seeds.json``) and stated by later single-seed runs of the table."""
+    which is also stored (``<table>.seeds.json``, as each seed finishes) and stated by later single-seed runs of the
+    table; a seed it already holds for the rows as defined now is read back, not run again."""
     launcher, extra = split_launcher(launcher, extra)
     seeds = list(dict.fromkeys(training_seeds)) or [DEFAULT_TRAINING_SEED]
+    main = DEFAULT_TRAINING_SEED if DEFAULT_TRAINING_SEED in seeds else seeds[0]
+    seeds = [main, *(s for s in seeds if s != main)]  # the report's seed first: rows reading nothing seeded run in it
     runs = {}
     for seed in seeds:  # validate every seed's runs and steps before anything runs
         seeded = for_training_seed(manifest, seed)
@@ -542,7 +545,6 @@ def reproduce(
         runs[seed] = (seeded, plans, runs_dir)
     plans_by_seed = {seed: plans for seed, (_, plans, _) in runs.items()}
     mark_seed_independent_runs(plans_by_seed)
-    main = DEFAULT_TRAINING_SEED if DEFAULT_TRAINING_SEED in seeds else seeds[0]
     spread_file = out_dir / f"{manifest.table}.seeds.json"
     stored = (stored_seed_cells(read_seed_spread(spread_file, manifest, preset), manifest, seeds, main)
               if len(seeds) > 1 else {})

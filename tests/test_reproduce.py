@@ -615,6 +615,8 @@ def test_a_stored_seed_spread_is_not_stated_for_a_row_whose_definition_changed_s
     assert "| Dense | 40.0-44.0 (2.0) |" in "\n".join(spread_lines(m, kept))
     again = stored_seed_cells(kept, m, [0, 1, 2], main=0)  # a seed-spread run reads seeds 1 and 2 back
     assert sorted(again) == [1, 2] and again[2]["Dense"]["World"].ours == 44.0
+    broken = {**per_seed, 2: {**per_seed[2], "Dense": {"World": Cell(status="failed: exit 1")}}}
+    assert sorted(stored_seed_cells(seed_spread(m, broken, "miniature"), m, [0, 1, 2], main=0)) == [1]
     partial = seed_spread(m, {0: per_seed[0]}, "miniature")  # a run stopped after its first seed
     assert "only seed 0 measured so far" in "\n".join(spread_lines(m, partial))
 

@@ -379,8 +379,11 @@ def seed_spread(manifest: TableManifest, per_seed: dict[int, dict[str, dict[str,
     ``ran_once``: the rows that read nothing trained with the seed (run at the first seed only)."""
     values = {row.name: {col: [per_seed[s].get(row.name, {}).get(col, Cell()).ours for s in per_seed]
                          for col in manifest.columns} for row in manifest.rows}
+    failed = [s for s, rows in per_seed.items() if any(c.status.startswith("failed") for r in rows.values()
+                                                        for c in r.values())]
     return {"preset": preset, "seeds": list(per_seed), "measured": date.today().isoformat(), "values": values,
-            "ran_once": list(ran_once), "definitions": row_definitions(manifest, preset, ran_once)}
+            "ran_once": list(ran_once), "definitions": row_definitions(manifest, preset, ran_once),
+            "failed": failed}
 
 
 def row_definitions(manifest: TableManifest, preset: str, ran_once: Sequence[str] = ()) -> dict[str, str]:
@@ -435,7 +438,7 @@ def stored_seed_cells(spread: dict | None, manifest: TableManifest, seeds: Seque
     """The seeds of ``seeds`` (the report's own ``main`` seed excepted: its table needs its predictions) whose
     numbers a stored spread (:func:`read_seed_spread`) already holds for every row of the table as defined now:
     a seed-spread run does not train and run them again, so a seed measured in an earlier session (on another
-    machine, say) counts without its models."""
+    machine, say) counts without its models. A seed with a failed cell is not among them: it runs again."""
     if not spread or spread.get("changed"):
         return {}
     runnable = [row.name for row in manifest.rows if row.status == "runnable"]
@@ -443,7 +446,7 @@ def stored_seed_cells(spread: dict | None, manifest: TableManifest, seeds: Seque
         return {}
     out: dict[int, dict[str, dict[str, Cell]]] = {}
     for i, seed in enumerate(spread["seeds"]):
-        if seed == main or seed not in seeds:
+        if seed == main or seed not in seeds or seed in spread.get("failed", []):  # a failed run is measured again
             continue
         out[seed] = {name: {col: Cell(ours=values[i], status="measured" if values[i] is not None else "missing",
                                       run_dir=f"stored in {manifest.table}.seeds.json")

@@ -567,15 +567,13 @@ def reproduce(
             run_prepare(seeded, preset, runs_dir, extra, log)
         per_seed[seed] = _run_rows(seeded, plans, preset, runs_dir, launcher, dry_run, log, per_seed)
         if len(seeds) > 1 and not dry_run:  # each seed is kept as soon as it is measured, in the seeds' order
-            done = {s: per_seed[s] for s in seeds if s in per_seed}
+            spread = seed_spread(manifest, {s: per_seed[s] for s in seeds if s in per_seed}, preset, ran_once)
             out_dir.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(spread_file, json.dumps(seed_spread(manifest, done, preset, ran_once), indent=1) + "\n")
+            atomic_write_text(spread_file, json.dumps(spread, indent=1) + "\n")
     cells = per_seed[main]
     if dry_run:
         return cells, {}
-    if len(seeds) > 1:
-        spread = seed_spread(manifest, {s: per_seed[s] for s in seeds}, preset, ran_once)
-    else:
+    if len(seeds) == 1:  # else the last write above holds every seed: the stored ones are in per_seed from the start
         spread = read_seed_spread(spread_file, manifest, preset)
     paths = write_report(manifest, cells, out_dir, preset, column_resolution(manifest, cells), spread)
     if len(seeds) > 1:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18's GPU checks on one bare GPU machine: install what it lacks, then run a named scenario.
 #
-#   scripts/gpu_bench.sh wheels            # on a machine WITH a registry: fetch the wheels into .whl/ (~22 MB)
+#   scripts/gpu_bench.sh wheels            # on a machine WITH a registry: fetch the wheels into .whl/ (~24 MB)
 #   scripts/gpu_bench.sh data              # here too: the distillation's utility labels and the polyview models'
 #                                          # configs and tokenizers (no weights) into .gpu-data/ (~13 MB)
 #   scripts/gpu_bench.sh SCENARIO[,SCENARIO...] [OUT]   # on the GPU machine; OUT defaults to outputs/gpu
@@ -14,6 +14,9 @@
 #   bf16-vs-fp32  SFT of smollm2-135m-shape (full fine-tuning, lr 1e-3) for five steps in fp32 on the CPU and in
 #                 bf16 on the GPU: the five losses must agree within 2%
 #   all           the three above, in that order (a failed one does not stop the next; the exit code says)
+#   fused-1b      single-1b then zero3-1b with Liger's RMSNorm, SwiGLU and rotary kernels on both sides (ours:
+#                 model.fused_kernels; TRL: use_liger_kernel), then TRL without them alone (single): the same
+#                 session's baseline
 #   distill-bge-m3  issue 16: utility distillation of bge-m3-shape (BGE-M3's architecture, random weights) in bf16
 #                 with the paper preset's batch (16 queries x 50 passages), gradient checkpointing on both sides:
 #                 ours against SentenceTransformerTrainer (samples/s, peak GPU memory); reads .gpu-data/utility
@@ -34,7 +37,8 @@ cd "$(dirname "$0")/.."
 PACKAGES=(transformers==5.23.0 peft==0.21.2 trl==1.16.0 datasets==5.2.0 sentence-transformers==6.2.0
           dill==0.4.1 multiprocess==0.70.19
           omegaconf==2.3.1 hjson==3.1.0 pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0
-          typing-inspection==0.4.5 pytz==2026.6 bm25s==0.3.16 PyStemmer==3.1.0 dateparser==1.5.0 tzlocal==5.4.5)
+          typing-inspection==0.4.5 pytz==2026.6 bm25s==0.3.16 PyStemmer==3.1.0 dateparser==1.5.0 tzlocal==5.4.5
+          liger-kernel==0.8.5)
 SOURCE_ONLY=(deepspeed==0.19.8 antlr4-python3-runtime==4.9.3)
 PY=${PYTHON:-python3}
 
@@ -72,12 +76,12 @@ for name in ("smollm2-135m", "minilm-l6"):  # what the models are, without what 
 EOF
 fi
 
-scenarios=${1:?usage: scripts/gpu_bench.sh wheels | data | zero3-1b | single-1b | bf16-vs-fp32 | all | distill-bge-m3 | polyview | rss-trace [OUT]}
+scenarios=${1:?usage: scripts/gpu_bench.sh wheels | data | zero3-1b | single-1b | bf16-vs-fp32 | all | fused-1b | distill-bge-m3 | polyview | rss-trace [OUT]}
 out=${2:-outputs/gpu}
 mkdir -p "$out"
 site=/tmp/omnimed-site
-if $PY -c "import trl, deepspeed, datasets, omegaconf, bm25s, dateparser" 2>/dev/null; then
-  echo "trl, deepspeed, datasets, omegaconf, bm25s and dateparser import already: nothing to install"
+if $PY -c "import trl, deepspeed, datasets, omegaconf, bm25s, dateparser, liger_kernel" 2>/dev/null; then
+  echo "trl, deepspeed, datasets, omegaconf, bm25s, dateparser and liger_kernel import already: nothing to install"
 elif compgen -G ".whl/*.whl" >/dev/null; then
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" .whl/*.whl || exit 1
 else
@@ -90,7 +94,8 @@ $PY - <<'EOF'
 import importlib.metadata as md
 import torch
 print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))
-print({d: md.version(d) for d in ("transformers", "peft", "trl", "deepspeed", "lightning", "datasets", "pyarrow")})
+print({d: md.version(d) for d in ("transformers", "peft", "trl", "deepspeed", "lightning", "datasets", "pyarrow",
+                                   "liger-kernel", "triton")})
 EOF
 
 bench() { $PY -m omnimed.cli.bench "$@"; }
@@ -127,9 +132,19 @@ EOF
   bench polyview "${args[@]}" --out "$out/polyview-fp32.json" &&
   bench polyview "${args[@]}" --dtype bfloat16 --out "$out/polyview-bf16.json"
 }
-# TRAIN_EXTRA: more `omnimed-bench train` arguments for these two (the last of a repeated one wins)
+# TRAIN_EXTRA: more `omnimed-bench train` arguments for these and fused-1b's (the last of a repeated one wins)
 zero3_1b() { bench train "${big[@]}" --strategy deepspeed_zero3 --out "$out/zero3-1b.json" ${TRAIN_EXTRA:-}; }
 single_1b() { bench train "${big[@]}" --strategy single --out "$out/single-1b.json" ${TRAIN_EXTRA:-}; }
+fused_1b() {
+  local status_=0
+  bench train "${big[@]}" --strategy single --fused-kernels --trl-liger --out "$out/fused-single-1b.json" \
+      ${TRAIN_EXTRA:-} || status_=1
+  bench train "${big[@]}" --strategy deepspeed_zero3 --fused-kernels --trl-liger --out "$out/fused-zero3-1b.json" \
+      ${TRAIN_EXTRA:-} || status_=1
+  bench train "${big[@]}" --strategy single --sides trl --out "$out/plain-trl-single-1b.json" ${TRAIN_EXTRA:-} ||
+    status_=1
+  return $status_
+}
 bf16_vs_fp32() {
   local small=(--model smollm2-135m-shape --lora-r 0 --sides ours --steps 5 --warmup 0 --lr 1e-3 --batch-size 4
                --max-length 256 --repeats 1)
@@ -145,9 +160,11 @@ case $scenario in
   bf16-vs-fp32) run bf16-vs-fp32 bf16_vs_fp32 ;;
   polyview) run polyview polyview ;;
   all) run zero3-1b zero3_1b; run bf16-vs-fp32 bf16_vs_fp32; run single-1b single_1b ;;
+  fused-1b) run fused-1b fused_1b ;;
   rss-trace) run rss-lean $PY scripts/rss_trace.py; run rss-plain $PY scripts/rss_trace.py --no-lean-mlp
              run rss-zero3 $PY scripts/rss_trace.py --strategy deepspeed_zero3 ;;
-  *) echo "unknown scenario '$scenario': zero3-1b | single-1b | bf16-vs-fp32 | all | distill-bge-m3 | polyview" \
+  *) echo "unknown scenario '$scenario': zero3-1b | single-1b | bf16-vs-fp32 | all | fused-1b | distill-bge-m3 |" \
+          "polyview" \
           "| rss-trace" >&2
      exit 2 ;;
 esac

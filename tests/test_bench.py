@@ -101,6 +101,29 @@ def test_the_train_bench_turns_our_lean_mlp_off_on_request() -> None:
     assert on.lean_mlp and not off.lean_mlp and not trl_model_config(on).lean_mlp
 
 
+def test_the_train_bench_gives_each_side_liger_kernels_its_own_way_and_only_on_a_gpu() -> None:
+    """``--fused-kernels`` reaches our model config (``model.fused_kernels``) and never TRL's model, whose kernels come
+    from ``--trl-liger`` through TRL's own ``use_liger_kernel``; on the CPU both are refused before anything loads."""
+    from omnimed.bench.train_config import model_config, trl_model_config
+    from omnimed.bench.train_trl import trainer_args
+    from omnimed.cli.bench import _parser
+
+    args = _parser().parse_args(["train", "--fused-kernels", "--trl-liger"])
+    assert args.fused_kernels and args.trl_liger
+    plain = _parser().parse_args(["train"])
+    assert not plain.fused_kernels and not plain.trl_liger
+    cfg = TrainBenchConfig(model="llama3.2-1b-shape", accelerator="cuda", precision="bf16-mixed", fused_kernels=True,
+                           trl_liger=True)
+    cfg.validate()
+    ours = model_config(cfg)
+    assert ours.fused_kernels and not trl_model_config(ours).fused_kernels
+    assert trainer_args(cfg, "/tmp/x")["use_liger_kernel"] is True
+    assert trainer_args(TrainBenchConfig(), "/tmp/x")["use_liger_kernel"] is False
+    for flag in ("fused_kernels", "trl_liger"):
+        with pytest.raises(ValueError, match="accelerator=cuda"):
+            TrainBenchConfig(**{flag: True}).validate()
+
+
 @pytest.mark.timeout(240)
 def test_bench_train_full_fine_tuning_under_zero3_trains_every_weight_alike(tmp_path) -> None:
     """``--lora-r 0 --strategy deepspeed_zero3 --packing`` (the GPU scenario's options, fp32 on CPU): both sides

@@ -62,6 +62,8 @@ class TrainBenchConfig:
     # ours: task.micro_batch_tokens (a batch of more positions runs as chunks of rows in the same step); None: whole
     micro_batch_tokens: int | None = 320  # conf/task/sft.yaml's
     lean_mlp: bool = True  # ours: model.lean_mlp (activation and product recomputed in backward; TRL's side never)
+    fused_kernels: bool = False  # ours: model.fused_kernels (Liger's RMSNorm, SwiGLU and rotary kernels; CUDA only)
+    trl_liger: bool = False  # TRL: use_liger_kernel=True (TRL applies the same three Liger kernels itself)
     repeats: int = 1
     # a warmup step (0-based, 1 .. warmup-1) run under torch.profiler on both sides; its table lands in the result
     profile_step: int | None = None
@@ -94,6 +96,8 @@ class TrainBenchConfig:
         if self.accelerator == "cpu" and self.precision != "32-true":
             raise ValueError("accelerator=cpu runs fp32 (precision=32-true): DeepSpeed on CPU is fp32 only, and "
                              "bf16 autocast on CPU is not a scenario anyone trains in")
+        if (self.fused_kernels or self.trl_liger) and self.accelerator != "cuda":
+            raise ValueError("fused_kernels and trl_liger are Liger's Triton kernels: they need accelerator=cuda")
         check_sides(self.sides, SIDES)
 
     @property
@@ -114,17 +118,20 @@ def model_config(cfg: TrainBenchConfig) -> ModelConfig:
     lora = LoraSettings(enabled=cfg.lora_r > 0, r=max(cfg.lora_r, 1), alpha=cfg.lora_alpha, dropout=cfg.lora_dropout)
     if cfg.model in TINY_MODELS:  # random weights built here
         return ModelConfig(name=cfg.model, source="tiny", name_or_path=cfg.model, dtype="float32",
-                           attn_implementation="sdpa", lora=lora, lean_mlp=cfg.lean_mlp)
+                           attn_implementation="sdpa", lora=lora, lean_mlp=cfg.lean_mlp,
+                       fused_kernels=cfg.fused_kernels)
     return ModelConfig(name="smollm2-135m", source="packaged", name_or_path="smollm2-135m", dtype="float32",
-                       attn_implementation="sdpa", lora=lora, lean_mlp=cfg.lean_mlp)
+                       attn_implementation="sdpa", lora=lora, lean_mlp=cfg.lean_mlp,
+                       fused_kernels=cfg.fused_kernels)
 
 
 def trl_model_config(mcfg: ModelConfig) -> ModelConfig:
     """The model TRL's side trains: ours with PEFT's own LoRA layers and the model's own MLP, as a TRL user loads
-    it (our fused LoRA layers and lean MLP are part of our training stack, so they are measured on our side only)."""
+    it (our fused LoRA layers, lean MLP and fused kernels are part of our training stack, so they are measured on our
+    side only; TRL gets Liger's kernels its own way, ``use_liger_kernel``, with ``trl_liger``)."""
     from dataclasses import replace
 
-    return replace(mcfg, lean_mlp=False, lora=replace(mcfg.lora, fused=False))
+    return replace(mcfg, lean_mlp=False, fused_kernels=False, lora=replace(mcfg.lora, fused=False))
 
 
 def task_config(cfg: TrainBenchConfig) -> TaskConfig:

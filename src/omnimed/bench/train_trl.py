@@ -33,8 +33,8 @@ from omnimed.bench.train_measure import PeakRSS, peak_gpu_memory, step_log
 def trainer_args(cfg: TrainBenchConfig, output_dir: str) -> dict[str, Any]:
     """The ``TrainingArguments`` both TRL trainers get: our batch size, steps, AdamW (torch's), lr, cosine schedule
     with our warmup, clipping 1.0 and ``max_length``; fp32 on CPU (TRL would default to bf16 there), bf16 where the
-    scenario says so, our DeepSpeed dict under ``deepspeed_zero3``; no gradient checkpointing, no workers, logging
-    every step, no reporting, saving, evaluation or progress bar."""
+    scenario says so, our DeepSpeed dict under ``deepspeed_zero3``; Liger's layer kernels with ``trl_liger``; no
+    gradient checkpointing, no workers, logging every step, no reporting, saving, evaluation or progress bar."""
     deepspeed = deepspeed_zero3_dict(cfg) if cfg.strategy == "deepspeed_zero3" else None
     return {
         "output_dir": output_dir,
@@ -53,6 +53,7 @@ def trainer_args(cfg: TrainBenchConfig, output_dir: str) -> dict[str, Any]:
         "use_cpu": cfg.accelerator == "cpu",
         "deepspeed": deepspeed,
         "gradient_checkpointing": False,
+        "use_liger_kernel": cfg.trl_liger,
         "report_to": [],
         "dataloader_num_workers": 0,
         "logging_steps": 1,

@@ -111,6 +111,10 @@ def _parser() -> argparse.ArgumentParser:
                             "whole batches)")
     train.add_argument("--lean-mlp", action=argparse.BooleanOptionalAction, default=d.lean_mlp,
                        help="ours: model.lean_mlp (the MLP's activation and product recomputed in backward)")
+    train.add_argument("--fused-kernels", action=argparse.BooleanOptionalAction, default=d.fused_kernels,
+                       help="ours: model.fused_kernels (Liger's RMSNorm, SwiGLU and rotary kernels; CUDA only)")
+    train.add_argument("--trl-liger", action=argparse.BooleanOptionalAction, default=d.trl_liger,
+                       help="TRL: use_liger_kernel=True (the same Liger kernels, applied by TRL; CUDA only)")
     train.add_argument("--out", default=DEFAULT_TRAIN_OUT, help="result JSON (written atomically)")
 
     from omnimed.bench.dpo_config import DPOBenchConfig
@@ -320,7 +324,7 @@ def run_train(args: argparse.Namespace, out_console: Console | None = None) -> d
 
     cfg = TrainBenchConfig(**_side_by_side_fields(args), packing=args.packing, max_examples=args.max_examples,
                            trl_order=args.trl_order, micro_batch_tokens=args.micro_batch_tokens or None,
-                           lean_mlp=args.lean_mlp)
+                           lean_mlp=args.lean_mlp, fused_kernels=args.fused_kernels, trl_liger=args.trl_liger)
     cons = out_console or console
     cons.print(f"benchmarking {', '.join(cfg.sides)} ({cfg.repeats} repeat(s)); each side runs in its own process")
     result = bench_train(cfg)

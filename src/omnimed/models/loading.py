@@ -107,7 +107,8 @@ def load_causal_lm(
     Weights load from safetensors only, in ``cfg.dtype`` with ``cfg.attn_implementation``; remote code runs
     only when ``cfg.trust_remote_code`` is set. Embeddings grow to ``len(tokenizer)`` when special tokens
     were added. With ``for_training`` the model is put in train mode, gets gradient checkpointing when
-    configured (non-reentrant, input grads on so LoRA receives gradients), else the lean MLP forward when
+    configured (non-reentrant, input grads on so LoRA receives gradients), Liger's fused kernels when
+    ``cfg.fused_kernels`` (``omnimed.models.fused_kernels``, CUDA only), else the lean MLP forward when
     ``cfg.lean_mlp`` (``omnimed.models.lean_mlp``), and LoRA when ``cfg.lora.enabled``:
     then only the LoRA matrices and the rows of ``cfg.special_tokens`` (plus any rows added for tokens the
     caller put into ``tokenizer`` itself) train (see ``omnimed.models.lora``).
@@ -151,7 +152,11 @@ def load_causal_lm(
         model.config.use_cache = False
         if cfg.lora.enabled:
             model.enable_input_require_grads()
-    if cfg.lean_mlp:
+    if cfg.fused_kernels:
+        from omnimed.models.fused_kernels import use_fused_kernels
+
+        use_fused_kernels(model)
+    elif cfg.lean_mlp:
         from omnimed.models.lean_mlp import use_lean_mlps
 
         use_lean_mlps(model)

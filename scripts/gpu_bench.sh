@@ -163,9 +163,8 @@ case $scenario in
   fused-1b) run fused-1b fused_1b ;;
   rss-trace) run rss-lean $PY scripts/rss_trace.py; run rss-plain $PY scripts/rss_trace.py --no-lean-mlp
              run rss-zero3 $PY scripts/rss_trace.py --strategy deepspeed_zero3 ;;
-  *) echo "unknown scenario '$scenario': zero3-1b | single-1b | bf16-vs-fp32 | all | fused-1b | distill-bge-m3 |" \
-          "polyview" \
-          "| rss-trace" >&2
+  *) echo "unknown scenario '$scenario': zero3-1b | single-1b | bf16-vs-fp32 | all | fused-1b | distill-bge-m3" \
+          "| polyview | rss-trace" >&2
      exit 2 ;;
 esac
 done

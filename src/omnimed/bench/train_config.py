@@ -119,7 +119,7 @@ def model_config(cfg: TrainBenchConfig) -> ModelConfig:
     if cfg.model in TINY_MODELS:  # random weights built here
         return ModelConfig(name=cfg.model, source="tiny", name_or_path=cfg.model, dtype="float32",
                            attn_implementation="sdpa", lora=lora, lean_mlp=cfg.lean_mlp,
-                       fused_kernels=cfg.fused_kernels)
+                           fused_kernels=cfg.fused_kernels)
     return ModelConfig(name="smollm2-135m", source="packaged", name_or_path="smollm2-135m", dtype="float32",
                        attn_implementation="sdpa", lora=lora, lean_mlp=cfg.lean_mlp,
                        fused_kernels=cfg.fused_kernels)

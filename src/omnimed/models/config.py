@@ -46,7 +46,7 @@ class ModelConfig:
     # activation and product there (omnimed.models.lean_mlp): same values, ~30% less activation memory
     lean_mlp: bool = True
     # training on a CUDA GPU: Liger-Kernel's fused RMSNorm, SwiGLU and rotary kernels (omnimed.models.fused_kernels;
-    # `pip install -e '.[gpu]'`); replaces the lean MLP, whose saving its SwiGLU kernel makes as well
+    # `pip install liger-kernel`); replaces the lean MLP, whose saving its SwiGLU kernel makes as well
     fused_kernels: bool = False
     special_tokens: list[str] = field(default_factory=list)
     lora: LoraSettings = field(default_factory=LoraSettings)

@@ -7,7 +7,7 @@ own backward (its SwiGLU keeps only the gate and up projections for backward, as
 does). The loss is left to ours (:func:`omnimed.training.lm_head.supervised_logits`): Liger's fused linear
 cross-entropy would replace the model's forward.
 
-``model.fused_kernels=true`` turns it on; it needs ``pip install liger-kernel`` (the ``gpu`` extra) and Triton
+``model.fused_kernels=true`` turns it on; it needs ``pip install liger-kernel`` (also in the ``gpu`` extra) and Triton
 on a CUDA machine. Liger patches the layers of the instance and, for the rotary embedding, the function of the
 model's ``transformers`` module, so every model of that type loaded later in the process uses it too.
 """
@@ -35,8 +35,8 @@ def use_fused_kernels(model: nn.Module) -> str:
         from liger_kernel.transformers import _apply_liger_kernel_to_instance
         from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
     except ImportError as err:
-        raise ModelLoadError(f"model.fused_kernels=true needs Liger-Kernel: pip install liger-kernel (the `gpu` "
-                             f"extra: pip install -e '.[gpu]'); import failed: {err}") from err
+        raise ModelLoadError(f"model.fused_kernels=true needs Liger-Kernel: pip install liger-kernel (also in the "
+                             f"`gpu` extra); import failed: {err}") from err
     base = getattr(model, "get_base_model", lambda: model)()  # a PEFT model patches its base's layers
     model_type = getattr(getattr(base, "config", None), "model_type", None)
     if model_type not in MODEL_TYPE_TO_APPLY_LIGER_FN:

@@ -114,6 +114,28 @@ def test_a_stage_folder_resumes_when_its_input_folder_is_spelled_another_way_and
         StageDir("demo", {"explore": "builds/other", "k": 5}, out=tmp_path / "s").start()
 
 
+def test_a_keyed_stage_folder_is_found_again_when_its_input_folder_is_spelled_another_way(tmp_path, monkeypatch):
+    """Without ``out`` the folder is named by the settings' key, which holds an input folder as spelled: the same
+    input given relative after absolute finds the folder built (or begun) then instead of building it again under a
+    new key; a real change of setting still gets a folder of its own."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "builds" / "explore").mkdir(parents=True)
+    absolute = StageDir("demo", {"explore": str(tmp_path / "builds" / "explore"), "k": 5}, root=tmp_path)
+    absolute.start()
+    absolute.append([{"id": "a"}])
+    relative = StageDir("demo", {"explore": "./builds/explore", "k": 5}, root=tmp_path)
+    assert relative.key != absolute.key and relative.path == absolute.path and set(relative.start()) == {"a"}
+    absolute.finish([])
+    assert StageDir("demo", {"explore": "builds/explore", "k": 5}, root=tmp_path).finished()
+    other = StageDir("demo", {"explore": "./builds/explore", "k": 3}, root=tmp_path)
+    assert other.path == tmp_path / "builds" / "demo" / other.key and other.start() == {}
+    assert StageDir("demo2", {"explore": "./builds/explore", "k": 5}, root=tmp_path).path.parent.name == "demo2"
+    nested = StageDir("kb", {"knowledge": {"path": str(tmp_path / "builds" / "explore"), "k": [1, 2]}}, root=tmp_path)
+    nested.start()
+    assert StageDir("kb", {"knowledge": {"path": "builds/explore", "k": [1, 2]}}, root=tmp_path).path == nested.path
+    assert StageDir("kb", {"knowledge": {"path": "builds/explore", "k": [1, 3]}}, root=tmp_path).path != nested.path
+
+
 def test_a_corrupt_complete_line_of_progress_is_named(tmp_path):
     stage = StageDir("demo", {"n": 1}, out=tmp_path / "s")
     stage.start()

@@ -279,10 +279,15 @@ def open_stage(name: str, cfg: Any, *, root: str | Path = ".", **inputs: Any) ->
 
 def changed_settings(stored: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
     """The settings whose values differ, two strings that name the same existing file or folder from here
-    (``./builds/x`` and ``/abs/builds/x``) counting as one value: a stage's key holds an input folder as spelled."""
+    (``./builds/x`` and ``/abs/builds/x``) counting as one value, inside nested settings too (a knowledge config's
+    index folder): a stage's key holds an input folder as spelled."""
     def same(a: Any, b: Any) -> bool:
         if a == b:
             return True
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+        if isinstance(a, list) and isinstance(b, list):
+            return len(a) == len(b) and all(map(same, a, b))
         if isinstance(a, str) and isinstance(b, str) and a and b and os.path.exists(a):
             return os.path.realpath(a) == os.path.realpath(b)
         return False
@@ -292,16 +297,40 @@ def changed_settings(stored: Mapping[str, Any], now: Mapping[str, Any]) -> list[
 
 class StageDir:
     """The output folder of one stage run. ``settings`` (JSON-able) decide the key; ``out`` fixes the folder,
-    otherwise it is ``<root>/builds/<stage>/<key>``."""
+    otherwise it is ``<root>/builds/<stage>/<key>``, or the folder of that stage built or begun with the same
+    settings where an input folder was spelled another way (``./builds/x`` and ``/abs/builds/x``), so a second
+    spelling resumes or reuses the work instead of starting it again."""
 
     def __init__(self, stage: str, settings: Mapping[str, Any], *, root: str | Path = ".",
                  out: str | Path | None = None) -> None:
         self.stage = stage
         self.settings = dict(settings)
         self.key = settings_key({"stage": stage, **self.settings})
-        self.path = Path(out) if out else Path(root) / "builds" / stage / self.key
+        if out:
+            self.path = Path(out)
+        else:
+            keyed = Path(root) / "builds" / stage / self.key
+            self.path = keyed if keyed.exists() else self._same_settings(keyed.parent) or keyed
         self.manifest_path = self.path / "manifest.json"
         self.progress_path = self.path / "progress.jsonl"
+
+    def _same_settings(self, parent: Path) -> Path | None:
+        """A folder under ``parent`` that this stage built or began with these settings, spelled another way."""
+        from omnimed.data.io import read_json
+
+        for info in sorted(parent.glob("*/stage.json")) if parent.is_dir() else []:
+            try:
+                meta = read_json(info)
+            except (OSError, ValueError):
+                continue
+            if not isinstance(meta, Mapping) or meta.get("name") != self.stage:
+                continue
+            stored = meta.get("settings")
+            if isinstance(stored, Mapping) and not changed_settings(stored, self.settings):
+                log.info("%s: %s was built with these settings, an input folder spelled another way: using it",
+                         self.stage, info.parent)
+                return info.parent
+        return None
 
     # ------------------------------------------------------------------------------------------------ state
     def finished(self) -> bool:

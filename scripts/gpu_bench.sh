@@ -132,19 +132,13 @@ EOF
   bench polyview "${args[@]}" --out "$out/polyview-fp32.json" &&
   bench polyview "${args[@]}" --dtype bfloat16 --out "$out/polyview-bf16.json"
 }
-# TRAIN_EXTRA: more `omnimed-bench train` arguments for these and fused-1b's (the last of a repeated one wins)
-zero3_1b() { bench train "${big[@]}" --strategy deepspeed_zero3 --out "$out/zero3-1b.json" ${TRAIN_EXTRA:-}; }
-single_1b() { bench train "${big[@]}" --strategy single --out "$out/single-1b.json" ${TRAIN_EXTRA:-}; }
-fused_1b() {
-  local status_=0
-  bench train "${big[@]}" --strategy single --fused-kernels --trl-liger --out "$out/fused-single-1b.json" \
-      ${TRAIN_EXTRA:-} || status_=1
-  bench train "${big[@]}" --strategy deepspeed_zero3 --fused-kernels --trl-liger --out "$out/fused-zero3-1b.json" \
-      ${TRAIN_EXTRA:-} || status_=1
-  bench train "${big[@]}" --strategy single --sides trl --out "$out/plain-trl-single-1b.json" ${TRAIN_EXTRA:-} ||
-    status_=1
-  return $status_
+# zero3_1b / single_1b [NAME [ARGS...]]: the result goes to $out/NAME.json, ARGS and then TRAIN_EXTRA (more
+# `omnimed-bench train` arguments; the last of a repeated one wins) after the scenario's own
+zero3_1b() {
+  bench train "${big[@]}" --strategy deepspeed_zero3 --out "$out/${1:-zero3-1b}.json" "${@:2}" ${TRAIN_EXTRA:-}
 }
+single_1b() { bench train "${big[@]}" --strategy single --out "$out/${1:-single-1b}.json" "${@:2}" ${TRAIN_EXTRA:-}; }
+liger=(--fused-kernels --trl-liger)
 bf16_vs_fp32() {
   local small=(--model smollm2-135m-shape --lora-r 0 --sides ours --steps 5 --warmup 0 --lr 1e-3 --batch-size 4
                --max-length 256 --repeats 1)
@@ -160,7 +154,9 @@ case $scenario in
   bf16-vs-fp32) run bf16-vs-fp32 bf16_vs_fp32 ;;
   polyview) run polyview polyview ;;
   all) run zero3-1b zero3_1b; run bf16-vs-fp32 bf16_vs_fp32; run single-1b single_1b ;;
-  fused-1b) run fused-1b fused_1b ;;
+  fused-1b) run fused-single-1b single_1b fused-single-1b "${liger[@]}"
+            run fused-zero3-1b zero3_1b fused-zero3-1b "${liger[@]}"
+            run plain-trl-single-1b single_1b plain-trl-single-1b --sides trl ;;
   rss-trace) run rss-lean $PY scripts/rss_trace.py; run rss-plain $PY scripts/rss_trace.py --no-lean-mlp
              run rss-zero3 $PY scripts/rss_trace.py --strategy deepspeed_zero3 ;;
   *) echo "unknown scenario '$scenario': zero3-1b | single-1b | bf16-vs-fp32 | all | fused-1b | distill-bge-m3" \

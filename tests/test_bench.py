@@ -124,10 +124,29 @@ def test_the_train_bench_gives_each_side_liger_kernels_its_own_way_and_only_on_a
             TrainBenchConfig(**{flag: True}).validate()
 
 
+def test_the_chunked_lm_head_reaches_our_sft_task_and_is_refused_by_the_dpo_bench() -> None:
+    from omnimed.bench.dpo_config import DPOBenchConfig
+    from omnimed.bench.train_config import task_config
+    from omnimed.cli.bench import _parser
+    from omnimed.conf import load_option
+    from omnimed.training.config import TaskConfig
+
+    chunk = _parser().parse_args(["train", "--head-chunk", "512"]).head_chunk
+    assert task_config(TrainBenchConfig(head_chunk_positions=chunk)).head_chunk_positions == 512
+    sft = load_option("task", "sft", TaskConfig)  # the bench's defaults are the default job's
+    default = task_config(TrainBenchConfig())
+    assert (default.head_chunk_positions, default.micro_batch_tokens) == (sft.head_chunk_positions,
+                                                                          sft.micro_batch_tokens) == (1024, 320)
+    assert _parser().parse_args(["train", "--head-chunk", "0"]).head_chunk == 0  # run_train: 0 -> the whole head
+    with pytest.raises(ValueError, match="head_chunk_positions"):
+        DPOBenchConfig(head_chunk_positions=512).validate()
+
+
 @pytest.mark.timeout(240)
 def test_bench_train_full_fine_tuning_under_zero3_trains_every_weight_alike(tmp_path) -> None:
     """``--lora-r 0 --strategy deepspeed_zero3 --packing`` (the GPU scenario's options, fp32 on CPU): both sides
-    train every parameter of the model from the same packed batches and take the same optimizer steps."""
+    train every parameter of the model from the same packed batches and take the same optimizer steps, ours through
+    the chunked LM head (``--head-chunk``: the partitioned, tied head's gradient included)."""
     import json
 
     from transformers import AutoModelForCausalLM
@@ -138,9 +157,10 @@ def test_bench_train_full_fine_tuning_under_zero3_trains_every_weight_alike(tmp_
     out = tmp_path / "train-zero3.json"
     assert main(["train", "--model", "tiny-llama", "--lora-r", "0", "--strategy", "deepspeed_zero3", "--packing",
                  "--max-length", "256", "--batch-size", "2", "--steps", "2", "--warmup", "1", "--lr", "1e-3",
-                 "--micro-batch-tokens", "0", "--max-examples", "200", "--out", str(out)]) == 0
+                 "--micro-batch-tokens", "0", "--head-chunk", "96", "--max-examples", "200", "--out", str(out)]) == 0
     result = json.loads(out.read_text())
     assert result["config"]["lora_r"] == 0 and result["config"]["micro_batch_tokens"] is None
+    assert result["ours"]["head_chunk_positions"] == 96
     assert result["ours"]["strategy"] == "CPUDeepSpeedStrategy" and result["trl"]["strategy"] == "deepspeed"
     full = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(tiny_model_path("tiny-llama")).parameters())
     assert result["ours"]["trainable_params"] == result["trl"]["trainable_params"] == full

@@ -554,6 +554,74 @@ def test_the_loss_is_the_models_own_with_the_head_on_supervised_positions_only(t
     assert torch.allclose(ours, hf, rtol=0, atol=1e-5)
 
 
+def _loss_and_grads(module: SFTModule, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    module.model.zero_grad(set_to_none=True)
+    loss, _ = module._loss(batch)
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in module.model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora-with-token-rows"])
+def test_the_chunked_head_gives_the_plain_loss_and_gradients_without_holding_the_logits(lora, special_tokenizer):
+    """task.head_chunk_positions changes memory, not training: the same loss and the same gradient of every
+    trained parameter (the tied head's weight under full fine-tuning; under LoRA the added tokens' rows too), and no
+    [positions, vocab] tensor is kept for backward."""
+    cfg = replace(TINY, special_tokens=["<paragraph>", "</paragraph>", "[Retrieval]", "[Relevant]"],
+                  lora=LoraSettings(enabled=lora, r=4, alpha=8, dropout=0.0))
+    task = TaskConfig(max_length=128, mask_spans=PARAGRAPH)
+    module = SFTModule(cfg, task, special_tokenizer)
+    module.configure_model()
+    dm = SFTDataModule(make_examples(8), special_tokenizer, data_cfg(batch_size=4), task)
+    dm.setup("fit")
+    batch = next(iter(dm.train_dataloader()))
+    plain_loss, plain_grads = _loss_and_grads(module, batch)
+    vocab = module.model.get_output_embeddings().weight.size(0)
+    module.task_cfg = replace(task, head_chunk_positions=7)  # several chunks and a short last one
+    saved: list[torch.Size] = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.shape) or t, lambda t: t):
+        chunked_loss, chunked_grads = _loss_and_grads(module, batch)
+    assert int((batch["labels"][:, 1:] != IGNORE_INDEX).sum()) > 7
+    assert chunked_loss.item() == pytest.approx(plain_loss.item(), rel=1e-6)
+    assert set(chunked_grads) == set(plain_grads) and any("token" in n or "embed" in n for n in plain_grads)
+    for name, grad in plain_grads.items():
+        assert torch.allclose(chunked_grads[name], grad, rtol=1e-4, atol=1e-6), name
+    assert not [shape for shape in saved if len(shape) == 2 and shape[1] == vocab and shape[0] > 7]
+    with torch.no_grad():  # validation: no gradient computed
+        assert module._loss(batch)[0].item() == pytest.approx(plain_loss.item(), rel=1e-6)
+
+
+def test_the_chunked_head_refuses_a_head_it_cannot_apply(tokenizer):
+    from omnimed.training.chunked_head import supervised_loss_sum
+
+    module = SFTModule(TINY, TaskConfig(head_chunk_positions=8), tokenizer)
+    module.configure_model()
+    model = module.model
+    head = model.get_output_embeddings()
+    model.set_output_embeddings(torch.nn.Linear(head.in_features, head.out_features, bias=True))
+    ids = torch.tensor([[5, 6, 7, 8]])
+    kwargs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    with pytest.raises(ValueError, match=r"task.head_chunk_positions=8: .*Linear.*bias-free"):
+        supervised_loss_sum(model, kwargs, torch.tensor([0, 1]), torch.tensor([6, 7]), 8)
+    model.set_output_embeddings(head)
+    original = type(model).forward
+
+    def scaled(self, *args, **kwargs):  # a model that changes its logits after the head (Gemma's soft-capping)
+        out = original(self, *args, **kwargs)
+        out.logits = out.logits * 2
+        return out
+
+    model.forward = scaled.__get__(model)
+    with pytest.raises(ValueError, match="does not return its head's output as its logits"):
+        supervised_loss_sum(model, kwargs, torch.tensor([0, 1]), torch.tensor([6, 7]), 8)
+    from omnimed.training.config import TrainConfig, config_problems
+
+    cfg = TrainConfig()
+    cfg.task.head_chunk_positions = 0
+    assert any("task.head_chunk_positions=0: expected null or a number" in p for p in config_problems(cfg))
+    cfg.task.head_chunk_positions, cfg.task.objective = 1024, "dpo"
+    assert any("the chunked head computes the SFT loss" in p for p in config_problems(cfg))
+
+
 def test_micro_batches_cover_every_row_once_within_the_budget():
     from omnimed.training.micro_batches import micro_batches
 

@@ -30,6 +30,7 @@ from torch.utils.data import DataLoader, Dataset
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 from omnimed.conf import load_option
+from omnimed.training.chunked_head import supervised_loss_sum
 from omnimed.training.config import StrategyConfig, TrainerConfig
 from omnimed.training.strategies import apply_fsdp2, build_strategy, hf_zero3_context
 
@@ -74,10 +75,11 @@ class TinyCausalLM(LightningModule):
     """Minimal stand-in for the SFT module: the HF model is created in ``configure_model`` (so ZeRO-3's
     ``zero.Init`` partitions it at construction and FSDP2 can shard it), next-token loss on the batch."""
 
-    def __init__(self, lr: float = 5e-3, pretrained: str | None = None) -> None:
+    def __init__(self, lr: float = 5e-3, pretrained: str | None = None, head_chunk: int | None = None) -> None:
         super().__init__()
         self.lr = lr
         self.pretrained = pretrained
+        self.head_chunk = head_chunk
         self.model: LlamaForCausalLM | None = None
         self.losses: list[float] = []
         self.first_batch: list[list[int]] | None = None
@@ -97,7 +99,13 @@ class TinyCausalLM(LightningModule):
     def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
         if self.first_batch is None:
             self.first_batch = batch.tolist()
-        loss = self.model(input_ids=batch, labels=batch).loss
+        if self.head_chunk is None:
+            loss = self.model(input_ids=batch, labels=batch).loss
+        else:  # the same mean next-token loss through the chunked head (task.head_chunk_positions)
+            index = torch.arange(batch.numel(), device=batch.device).view_as(batch)[:, :-1].flatten()
+            targets = batch[:, 1:].flatten()
+            kwargs = {"input_ids": batch, "attention_mask": torch.ones_like(batch)}
+            loss = supervised_loss_sum(self.model, kwargs, index, targets, self.head_chunk) / targets.numel()
         self.losses.append(float(loss.detach()))
         return loss
 
@@ -159,7 +167,7 @@ def run(args: argparse.Namespace) -> None:
         enable_progress_bar=False,
         enable_model_summary=False,
     )
-    module = TinyCausalLM(pretrained=args.pretrained)
+    module = TinyCausalLM(pretrained=args.pretrained, head_chunk=args.head_chunk)
     data = RandomTokens(args.steps * BATCH_SIZE * 2, tiny_llama_config().vocab_size)  # 2 ranks
     started = time.perf_counter()
     trainer.fit(module, DataLoader(data, batch_size=BATCH_SIZE, shuffle=False))
@@ -195,6 +203,8 @@ def main() -> None:
     parser.add_argument(
         "--pretrained", default=None, help="HF folder to load in configure_model (else from config)"
     )
+    parser.add_argument("--head-chunk", type=int, default=None,
+                        help="train through the chunked LM head, this many positions at a time")
     args = parser.parse_args()
     code = 0
     try:

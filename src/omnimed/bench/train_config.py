@@ -61,6 +61,8 @@ class TrainBenchConfig:
     trl_order: str = "matched"  # matched | native
     # ours: task.micro_batch_tokens (a batch of more positions runs as chunks of rows in the same step); None: whole
     micro_batch_tokens: int | None = 320  # conf/task/sft.yaml's
+    # ours: task.head_chunk_positions (the LM head and its loss this many positions at a time); None: the whole head
+    head_chunk_positions: int | None = 1024  # conf/task/sft.yaml's
     lean_mlp: bool = True  # ours: model.lean_mlp (activation and product recomputed in backward; TRL's side never)
     fused_kernels: bool = False  # ours: model.fused_kernels (Liger's RMSNorm, SwiGLU and rotary kernels; CUDA only)
     trl_liger: bool = False  # TRL: use_liger_kernel=True (TRL applies the same three Liger kernels itself)
@@ -89,6 +91,8 @@ class TrainBenchConfig:
             raise ValueError(f"trl_order must be matched | native, got {self.trl_order!r}")
         if self.micro_batch_tokens is not None and self.micro_batch_tokens < 1:
             raise ValueError(f"micro_batch_tokens must be None or >= 1, got {self.micro_batch_tokens!r}")
+        if self.head_chunk_positions is not None and self.head_chunk_positions < 1:
+            raise ValueError(f"head_chunk_positions must be None or >= 1, got {self.head_chunk_positions!r}")
         for name, value, allowed in (("accelerator", self.accelerator, ACCELERATORS),
                                      ("precision", self.precision, PRECISIONS), ("strategy", self.strategy, STRATEGIES)):
             if value not in allowed:
@@ -141,7 +145,7 @@ def task_config(cfg: TrainBenchConfig) -> TaskConfig:
 
     return TaskConfig(lr=cfg.lr, weight_decay=0.0, warmup_ratio=0.03, scheduler="cosine",
                       max_length=cfg.max_length, mask_spans=[], micro_batch_tokens=cfg.micro_batch_tokens,
-                      **cfg.task_fields())
+                      head_chunk_positions=cfg.head_chunk_positions, **cfg.task_fields())
 
 
 def warmup_steps(cfg: TrainBenchConfig) -> int:

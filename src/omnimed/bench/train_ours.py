@@ -106,6 +106,7 @@ def run_ours(
         precision=str(trainer.precision),
         loop=f"lightning.Trainer.fit({module_cls.__name__}, {datamodule_cls.__name__})",
         micro_batch_tokens=cfg.micro_batch_tokens,
+        head_chunk_positions=cfg.head_chunk_positions,
         setup_s=round(setup_s, 2),
         rss_after_model_load_mb=round(rss_model_mb, 1),
         threads=log.threads_in_loop,

@@ -109,6 +109,9 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--micro-batch-tokens", type=int, default=d.micro_batch_tokens,
                        help="ours: task.micro_batch_tokens (a longer batch runs as chunks of rows in one step; 0: "
                             "whole batches)")
+    train.add_argument("--head-chunk", type=int, default=d.head_chunk_positions, metavar="POSITIONS",
+                       help="ours: task.head_chunk_positions (the LM head and its loss this many positions at a time, "
+                            "no whole logits held; 0: the whole head at once)")
     train.add_argument("--lean-mlp", action=argparse.BooleanOptionalAction, default=d.lean_mlp,
                        help="ours: model.lean_mlp (the MLP's activation and product recomputed in backward)")
     train.add_argument("--fused-kernels", action=argparse.BooleanOptionalAction, default=d.fused_kernels,
@@ -324,6 +327,7 @@ def run_train(args: argparse.Namespace, out_console: Console | None = None) -> d
 
     cfg = TrainBenchConfig(**_side_by_side_fields(args), packing=args.packing, max_examples=args.max_examples,
                            trl_order=args.trl_order, micro_batch_tokens=args.micro_batch_tokens or None,
+                           head_chunk_positions=args.head_chunk or None,
                            lean_mlp=args.lean_mlp, fused_kernels=args.fused_kernels, trl_liger=args.trl_liger)
     cons = out_console or console
     cons.print(f"benchmarking {', '.join(cfg.sides)} ({cfg.repeats} repeat(s)); each side runs in its own process")

@@ -95,7 +95,7 @@ def train_table(result: dict[str, Any]) -> Table:
         f"omnimed-bench train: {cfg['model']} {_training(cfg)}, batch {cfg['batch_size']}, max_length "
         f"{cfg['max_length']}, {'packing' if cfg['packing'] else 'per-batch padding'}, {cfg['threads']} threads, "
         f"W={cfg['warmup']} N={cfg['steps']}, TRL order {cfg['trl_order']}, our micro-batch "
-        f"{cfg.get('micro_batch_tokens') or 'whole'}"
+        f"{cfg.get('micro_batch_tokens') or 'whole'}, our LM head {cfg.get('head_chunk_positions') or 'whole'}"
     ))
     data = result["data"]
     table.add_section()

@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from omnimed.models.config import ModelConfig
+from omnimed.training.chunked_head import supervised_loss_sum
 from omnimed.training.config import TaskConfig
 from omnimed.training.data import GROUP
 from omnimed.training.lm_head import supervised_logits
@@ -211,18 +212,29 @@ class SFTModule(L.LightningModule):
         return loss_sum / n_targets.clamp(min=1), n_targets
 
     def _loss_sum(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Summed cross-entropy over the supervised tokens of ``batch``, and their number."""
-        logits, targets, _ = self._supervised(batch)
-        return F.cross_entropy(logits.float(), targets, reduction="sum"), targets.new_tensor(targets.numel())
+        """Summed cross-entropy over the supervised tokens of ``batch``, and their number; with
+        ``task.head_chunk_positions``, the head and the loss a chunk of positions at a time
+        (:mod:`omnimed.training.chunked_head`)."""
+        chunk = self.task_cfg.head_chunk_positions
+        model_kwargs, index, targets, _ = self._supervised_positions(batch)
+        if chunk is None:
+            logits = supervised_logits(self._require_model(), model_kwargs, index)
+            loss_sum = F.cross_entropy(logits.float(), targets, reduction="sum")
+        else:
+            loss_sum = supervised_loss_sum(self._require_model(), model_kwargs, index, targets, chunk)
+        return loss_sum, targets.new_tensor(targets.numel())
 
-    def _supervised(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The logits at the positions that predict a supervised token, those tokens, and the row of each."""
+    @staticmethod
+    def _supervised_positions(
+        batch: Mapping[str, torch.Tensor],
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The model's inputs, the flat index of each position that predicts a supervised token, those tokens, and
+        the row of each."""
         labels = batch["labels"]
         supervised = labels[:, 1:] != IGNORE_INDEX
         rows, source = supervised.nonzero(as_tuple=True)
         model_kwargs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
-        logits = supervised_logits(self._require_model(), model_kwargs, rows * labels.size(1) + source)
-        return logits, labels[:, 1:][supervised], rows
+        return model_kwargs, rows * labels.size(1) + source, labels[:, 1:][supervised], rows
 
     def on_train_end(self) -> None:
         """On an accelerator, drop the gradients and optimizer state before Lightning's teardown copies them to host
@@ -346,7 +358,8 @@ class SFTModule(L.LightningModule):
     def _grouped_loss(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """The batch's loss as :meth:`_loss` gives it, adding each supervised token's loss to its example's group
         (``data.val_group_by``): :meth:`on_validation_epoch_end` logs each group's per-token mean."""
-        logits, targets, rows = self._supervised(batch)
+        model_kwargs, index, targets, rows = self._supervised_positions(batch)
+        logits = supervised_logits(self._require_model(), model_kwargs, index)
         losses = F.cross_entropy(logits.float(), targets, reduction="none")
         groups = batch[GROUP][rows]
         if self._group_sums is None or self._group_counts is None:

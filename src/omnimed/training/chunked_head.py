@@ -1,0 +1,108 @@
+"""The LM head and its cross-entropy computed a chunk of positions at a time, never the whole ``[positions, vocab]``
+logits (``task.head_chunk_positions``).
+
+With full fine-tuning every position is supervised, and the float32 logits of a Llama-3-sized vocabulary dwarf
+everything else a step holds: 8 x 2,048 positions x 128,256 columns are 8.4 GB, kept for backward, plus their
+gradient. :class:`ChunkedLinearCrossEntropy` computes, chunk by chunk, the logits, the summed cross-entropy and the
+gradients of that sum with respect to the hidden states and the head's weight, in the forward pass (the Liger-Kernel
+design, in plain torch so that it runs on any device): one chunk's logits are alive at a time, backward only scales
+the stored gradients, and the matrix products are those of the unchunked head. The loss is the same float32
+cross-entropy.
+
+:func:`supervised_loss_sum` runs the model's own forward (so DeepSpeed ZeRO-3 and FSDP2 gather the head as they
+would) with the head's forward replaced for that call by the chunked loss over the supervised positions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torch import nn
+
+
+class ChunkedLinearCrossEntropy(torch.autograd.Function):
+    """``sum_i CE(hidden[i] @ weight.T, targets[i])`` in float32, ``chunk`` positions at a time."""
+
+    @staticmethod
+    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int) -> torch.Tensor:
+        device = hidden.device.type
+        # the products run in the dtype the plain head would (autocast's, where it is on); the loss in float32
+        compute = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
+        need_hidden, need_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        grad_hidden = torch.empty_like(hidden) if need_hidden else None
+        # the weight's gradient is summed over the chunks in float32
+        grad_weight = torch.zeros_like(weight, dtype=torch.float32) if need_weight else None
+        total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        w = weight.to(compute)
+        with torch.autocast(device, enabled=False):
+            for start in range(0, hidden.size(0), chunk):
+                h, t = hidden[start:start + chunk].to(compute), targets[start:start + chunk]
+                logits = (h @ w.T).float()
+                lse = logits.logsumexp(-1)
+                total += (lse - logits.gather(1, t[:, None]).squeeze(1)).sum()
+                if not (need_hidden or need_weight):
+                    continue
+                probs = logits.sub_(lse[:, None]).exp_()  # d(sum of CE) / d(logits) = softmax - one-hot
+                probs[torch.arange(t.numel(), device=t.device), t] -= 1
+                g = probs.to(compute)
+                if need_hidden:
+                    grad_hidden[start:start + chunk] = g @ w
+                if need_weight and compute == torch.float32:
+                    grad_weight.addmm_(g.T, h)
+                elif need_weight:
+                    grad_weight += g.T @ h
+        ctx.save_for_backward(grad_hidden, None if grad_weight is None else grad_weight.to(weight.dtype))
+        return total
+
+    @staticmethod
+    def backward(ctx, grad_total: torch.Tensor):
+        grad_hidden, grad_weight = ctx.saved_tensors
+        return (None if grad_hidden is None else grad_hidden * grad_total.to(grad_hidden.dtype),
+                None if grad_weight is None else grad_weight * grad_total.to(grad_weight.dtype), None, None)
+
+
+def head_weight(head: nn.Module) -> torch.Tensor | None:
+    """The ``[vocab, hidden]`` matrix a bias-free linear output head multiplies by: its own weight, or, for PEFT's
+    trainable-token rows on a tied head, the base weight with the trained rows in place. None for any other head
+    (a bias, LoRA on the head, a quantized layer), which the chunked loss does not know how to apply."""
+    if type(head).__name__ == "TrainableTokensWrapper":
+        layer = getattr(head, "token_adapter", None)
+        if layer is None or not isinstance(layer.base_layer, nn.Linear) or layer.base_layer.bias is not None:
+            return None
+        if head.disable_adapters or layer.merged or not layer.active_adapters:
+            return layer.base_layer.weight
+        layer._check_overlapping_tokens(layer.active_adapters)
+        return layer.get_merged_weights(layer.active_adapters)
+    if isinstance(head, nn.Linear) and head.bias is None:
+        return head.weight
+    return None
+
+
+def supervised_loss_sum(model: nn.Module, model_kwargs: Mapping[str, torch.Tensor], index: torch.Tensor,
+                        targets: torch.Tensor, chunk: int) -> torch.Tensor:
+    """The float32 cross-entropy summed over the hidden states at ``index`` (into the flattened ``[rows, length]``
+    positions) against ``targets``, the head applied ``chunk`` positions at a time."""
+    head = model.get_output_embeddings()
+    if head_weight(head) is None:
+        raise ValueError(f"task.head_chunk_positions={chunk}: the model's output head is a "
+                         f"{type(head).__name__}, not a bias-free linear layer the chunked loss can apply "
+                         "(expected nn.Linear or PEFT's trainable-token rows on one); set it to null")
+    produced: list[torch.Tensor] = []
+
+    def chunked_forward(hidden: torch.Tensor, *_args, **_kwargs) -> torch.Tensor:
+        weight = head_weight(head)  # read inside the head's call: ZeRO-3 / FSDP2 have gathered it by now
+        produced.append(ChunkedLinearCrossEntropy.apply(hidden.flatten(0, 1)[index], weight, targets, chunk))
+        return produced[-1]
+
+    head.forward = chunked_forward
+    try:
+        out = model(**model_kwargs, use_cache=False).logits
+    finally:
+        del head.forward
+    # the same value, not the same object: DeepSpeed's module hooks hand a head's output on through a function of theirs
+    if len(produced) != 1 or out.shape != () or not torch.equal(out.detach(), produced[0].detach()):
+        raise ValueError(f"task.head_chunk_positions={chunk}: the {type(model).__name__} forward does not return "
+                         "its head's output as its logits (it scales or caps them, or calls the head another way); "
+                         "set it to null")
+    return out

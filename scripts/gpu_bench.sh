@@ -157,9 +157,11 @@ case $scenario in
   fused-1b) run fused-single-1b single_1b fused-single-1b "${liger[@]}"
             run fused-zero3-1b zero3_1b fused-zero3-1b "${liger[@]}"
             run plain-trl-single-1b single_1b plain-trl-single-1b --sides trl ;;
+  head-1b) run head-single-1b single_1b head-single-1b "${liger[@]}" --sides ours   # chunked LM head (default)
+           run whole-head-single-1b single_1b whole-head-single-1b "${liger[@]}" --sides ours --head-chunk 0 ;;
   rss-trace) run rss-lean $PY scripts/rss_trace.py; run rss-plain $PY scripts/rss_trace.py --no-lean-mlp
              run rss-zero3 $PY scripts/rss_trace.py --strategy deepspeed_zero3 ;;
-  *) echo "unknown scenario '$scenario': zero3-1b | single-1b | bf16-vs-fp32 | all | fused-1b | distill-bge-m3" \
+  *) echo "unknown scenario '$scenario': zero3-1b | single-1b | bf16-vs-fp32 | all | fused-1b | head-1b | distill-bge-m3" \
           "| polyview | rss-trace" >&2
      exit 2 ;;
 esac

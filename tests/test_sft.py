@@ -562,7 +562,8 @@ def _loss_and_grads(module: SFTModule, batch) -> tuple[torch.Tensor, dict[str, t
 
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora-with-token-rows"])
-def test_the_chunked_head_gives_the_plain_loss_and_gradients_without_holding_the_logits(lora, special_tokenizer):
+def test_the_chunked_head_gives_the_plain_loss_and_gradients_without_holding_the_logits(lora, special_tokenizer,
+                                                                                       monkeypatch):
     """task.head_chunk_positions changes memory, not training: the same loss and the same gradient of every
     trained parameter (the tied head's weight under full fine-tuning; under LoRA the added tokens' rows too), and no
     [positions, vocab] tensor is kept for backward."""
@@ -586,8 +587,21 @@ def test_the_chunked_head_gives_the_plain_loss_and_gradients_without_holding_the
     for name, grad in plain_grads.items():
         assert torch.allclose(chunked_grads[name], grad, rtol=1e-4, atol=1e-6), name
     assert not [shape for shape in saved if len(shape) == 2 and shape[1] == vocab and shape[0] > 7]
-    with torch.no_grad():  # validation: no gradient computed
+    from omnimed.training import chunked_head
+
+    asked: list[tuple[bool, bool]] = []
+    original = chunked_head.chunked_cross_entropy
+
+    def spy(*args, need_hidden=False, need_weight=False):
+        asked.append((need_hidden, need_weight))
+        return original(*args, need_hidden=need_hidden, need_weight=need_weight)
+
+    monkeypatch.setattr(chunked_head, "chunked_cross_entropy", spy)
+    with torch.no_grad():  # validation: the same loss, no gradient computed
         assert module._loss(batch)[0].item() == pytest.approx(plain_loss.item(), rel=1e-6)
+    _loss_and_grads(module, batch)
+    # training: both gradients (under LoRA the head's weight carries the added tokens' trained rows)
+    assert asked == [(False, False), (True, True)]
 
 
 def test_the_chunked_head_refuses_a_head_it_cannot_apply(tokenizer):
@@ -597,11 +611,17 @@ def test_the_chunked_head_refuses_a_head_it_cannot_apply(tokenizer):
     module.configure_model()
     model = module.model
     head = model.get_output_embeddings()
-    model.set_output_embeddings(torch.nn.Linear(head.in_features, head.out_features, bias=True))
+    class Quantized(torch.nn.Linear):  # a layer of another computation (a quantized one) under nn.Linear's name
+        def forward(self, x):
+            return super().forward(x.round())
+
     ids = torch.tensor([[5, 6, 7, 8]])
     kwargs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-    with pytest.raises(ValueError, match=r"task.head_chunk_positions=8: .*Linear.*bias-free"):
-        supervised_loss_sum(model, kwargs, torch.tensor([0, 1]), torch.tensor([6, 7]), 8)
+    for other in (torch.nn.Linear(head.in_features, head.out_features, bias=True),
+                  Quantized(head.in_features, head.out_features, bias=False)):
+        model.set_output_embeddings(other)
+        with pytest.raises(ValueError, match=r"positions=8: .* is a (Linear|Quantized); .*plain bias-free"):
+            supervised_loss_sum(model, kwargs, torch.tensor([0, 1]), torch.tensor([6, 7]), 8)
     model.set_output_embeddings(head)
     original = type(model).forward
 

@@ -16,43 +16,54 @@ would) with the head's forward replaced for that call by the chunked loss over t
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import nn
 
 
+def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int, *,
+                          need_hidden: bool = False, need_weight: bool = False,
+                          ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """``sum_i CE(hidden[i] @ weight.T, targets[i])`` in float32, ``chunk`` positions at a time, and where asked the
+    gradients of that sum with respect to ``hidden`` and ``weight``."""
+    device = hidden.device.type
+    # the products run in the dtype the plain head would (autocast's, where it is on); the loss in float32
+    compute = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
+    grad_hidden = torch.empty_like(hidden) if need_hidden else None
+    # the weight's gradient is summed over the chunks in float32
+    grad_weight = torch.zeros_like(weight, dtype=torch.float32) if need_weight else None
+    total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+    w = weight.to(compute)
+    with torch.autocast(device, enabled=False):
+        for start in range(0, hidden.size(0), chunk):
+            h, t = hidden[start:start + chunk].to(compute), targets[start:start + chunk]
+            logits = (h @ w.T).float()
+            lse = logits.logsumexp(-1)
+            total += (lse - logits.gather(1, t[:, None]).squeeze(1)).sum()
+            if not (need_hidden or need_weight):
+                continue
+            probs = logits.sub_(lse[:, None]).exp_()  # d(sum of CE) / d(logits) = softmax - one-hot
+            probs[torch.arange(t.numel(), device=t.device), t] -= 1
+            g = probs.to(compute)
+            if grad_hidden is not None:
+                grad_hidden[start:start + chunk] = g @ w
+            if grad_weight is not None and compute == torch.float32:
+                grad_weight.addmm_(g.T, h)
+            elif grad_weight is not None:
+                grad_weight += g.T @ h
+    return total, grad_hidden, None if grad_weight is None else grad_weight.to(weight.dtype)
+
+
 class ChunkedLinearCrossEntropy(torch.autograd.Function):
-    """``sum_i CE(hidden[i] @ weight.T, targets[i])`` in float32, ``chunk`` positions at a time."""
+    """:func:`chunked_cross_entropy` as an autograd function: the gradients are computed in forward and only scaled
+    in backward."""
 
     @staticmethod
     def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int) -> torch.Tensor:
-        device = hidden.device.type
-        # the products run in the dtype the plain head would (autocast's, where it is on); the loss in float32
-        compute = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
-        need_hidden, need_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        grad_hidden = torch.empty_like(hidden) if need_hidden else None
-        # the weight's gradient is summed over the chunks in float32
-        grad_weight = torch.zeros_like(weight, dtype=torch.float32) if need_weight else None
-        total = torch.zeros((), dtype=torch.float32, device=hidden.device)
-        w = weight.to(compute)
-        with torch.autocast(device, enabled=False):
-            for start in range(0, hidden.size(0), chunk):
-                h, t = hidden[start:start + chunk].to(compute), targets[start:start + chunk]
-                logits = (h @ w.T).float()
-                lse = logits.logsumexp(-1)
-                total += (lse - logits.gather(1, t[:, None]).squeeze(1)).sum()
-                if not (need_hidden or need_weight):
-                    continue
-                probs = logits.sub_(lse[:, None]).exp_()  # d(sum of CE) / d(logits) = softmax - one-hot
-                probs[torch.arange(t.numel(), device=t.device), t] -= 1
-                g = probs.to(compute)
-                if need_hidden:
-                    grad_hidden[start:start + chunk] = g @ w
-                if need_weight and compute == torch.float32:
-                    grad_weight.addmm_(g.T, h)
-                elif need_weight:
-                    grad_weight += g.T @ h
-        ctx.save_for_backward(grad_hidden, None if grad_weight is None else grad_weight.to(weight.dtype))
+        total, grad_hidden, grad_weight = chunked_cross_entropy(
+            hidden, weight, targets, chunk, need_hidden=ctx.needs_input_grad[0], need_weight=ctx.needs_input_grad[1])
+        ctx.save_for_backward(grad_hidden, grad_weight)
         return total
 
     @staticmethod
@@ -62,21 +73,35 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
                 None if grad_weight is None else grad_weight * grad_total.to(grad_weight.dtype), None, None)
 
 
-def head_weight(head: nn.Module) -> torch.Tensor | None:
-    """The ``[vocab, hidden]`` matrix a bias-free linear output head multiplies by: its own weight, or, for PEFT's
-    trainable-token rows on a tied head, the base weight with the trained rows in place. None for any other head
-    (a bias, LoRA on the head, a quantized layer), which the chunked loss does not know how to apply."""
-    if type(head).__name__ == "TrainableTokensWrapper":
-        layer = getattr(head, "token_adapter", None)
-        if layer is None or not isinstance(layer.base_layer, nn.Linear) or layer.base_layer.bias is not None:
-            return None
-        if head.disable_adapters or layer.merged or not layer.active_adapters:
-            return layer.base_layer.weight
-        layer._check_overlapping_tokens(layer.active_adapters)
-        return layer.get_merged_weights(layer.active_adapters)
-    if isinstance(head, nn.Linear) and head.bias is None:
+def _plain_linear(module: nn.Module) -> bool:
+    """A bias-free layer computing exactly ``nn.Linear``'s forward (a quantized subclass overrides it)."""
+    return isinstance(module, nn.Linear) and module.bias is None and type(module).forward is nn.Linear.forward
+
+
+def _token_rows(head: nn.Module) -> Any | None:
+    """PEFT's trainable-token layer where ``head`` is its wrapper over a plain linear head, else None."""
+    from peft.utils.other import TrainableTokensWrapper
+
+    layer = head.token_adapter if isinstance(head, TrainableTokensWrapper) else None
+    return layer if layer is not None and _plain_linear(layer.base_layer) else None
+
+
+def can_chunk(head: nn.Module) -> bool:
+    """Whether the chunked loss can stand in for ``head``: a plain bias-free linear layer, or PEFT's trainable-token
+    rows on one (a tied head with added tokens). Not LoRA on the head, a bias or a quantized layer."""
+    return _plain_linear(head) or _token_rows(head) is not None
+
+
+def head_weight(head: nn.Module) -> torch.Tensor:
+    """The ``[vocab, hidden]`` matrix a head that :func:`can_chunk` multiplies by: its weight, or the base weight
+    with the trained token rows in place. Read inside the head's call, where ZeRO-3 and FSDP2 have gathered it."""
+    layer = _token_rows(head)
+    if layer is None:
         return head.weight
-    return None
+    if head.disable_adapters or layer.merged or not layer.active_adapters:
+        return layer.base_layer.weight
+    layer._check_overlapping_tokens(layer.active_adapters)
+    return layer.get_merged_weights(layer.active_adapters)
 
 
 def supervised_loss_sum(model: nn.Module, model_kwargs: Mapping[str, torch.Tensor], index: torch.Tensor,
@@ -84,15 +109,19 @@ def supervised_loss_sum(model: nn.Module, model_kwargs: Mapping[str, torch.Tenso
     """The float32 cross-entropy summed over the hidden states at ``index`` (into the flattened ``[rows, length]``
     positions) against ``targets``, the head applied ``chunk`` positions at a time."""
     head = model.get_output_embeddings()
-    if head_weight(head) is None:
-        raise ValueError(f"task.head_chunk_positions={chunk}: the model's output head is a "
-                         f"{type(head).__name__}, not a bias-free linear layer the chunked loss can apply "
-                         "(expected nn.Linear or PEFT's trainable-token rows on one); set it to null")
+    if not can_chunk(head):
+        raise ValueError(f"task.head_chunk_positions={chunk}: the model's output head is a {type(head).__name__}; "
+                         "the chunked loss stands in for a plain bias-free nn.Linear or PEFT's trainable-token rows "
+                         "on one (not LoRA on the head, a bias or a quantized layer); set it to null")
     produced: list[torch.Tensor] = []
 
     def chunked_forward(hidden: torch.Tensor, *_args, **_kwargs) -> torch.Tensor:
         weight = head_weight(head)  # read inside the head's call: ZeRO-3 / FSDP2 have gathered it by now
-        produced.append(ChunkedLinearCrossEntropy.apply(hidden.flatten(0, 1)[index], weight, targets, chunk))
+        selected = hidden.flatten(0, 1)[index]
+        if torch.is_grad_enabled():
+            produced.append(ChunkedLinearCrossEntropy.apply(selected, weight, targets, chunk))
+        else:  # validation: an autograd function would still compute the gradients of inputs that require them
+            produced.append(chunked_cross_entropy(selected, weight, targets, chunk)[0])
         return produced[-1]
 
     head.forward = chunked_forward

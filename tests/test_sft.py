@@ -539,14 +539,18 @@ def test_a_lora_checkpoint_holds_what_trains_and_reloads_to_the_same_model(token
         module.build_model_for_export({"state_dict": dict(list(saved.items())[1:])})
 
 # ----------------------------------------------------------------------------------------------- loss and micro-batches
-def test_the_loss_is_the_models_own_with_the_head_on_supervised_positions_only(tokenizer):
-    cfg = replace(TINY, lora=LoraSettings(enabled=True, r=4, alpha=8, dropout=0.0))
-    task = TaskConfig(max_length=128, mask_spans=PARAGRAPH)
+def _module_and_batch(cfg: ModelConfig, task: TaskConfig, tokenizer) -> tuple[SFTModule, dict[str, torch.Tensor]]:
+    """An SFT module with its model built, and the first training batch of 8 examples in batches of 4."""
     module = SFTModule(cfg, task, tokenizer)
     module.configure_model()
     dm = SFTDataModule(make_examples(8), tokenizer, data_cfg(batch_size=4), task)
     dm.setup("fit")
-    batch = next(iter(dm.train_dataloader()))
+    return module, next(iter(dm.train_dataloader()))
+
+
+def test_the_loss_is_the_models_own_with_the_head_on_supervised_positions_only(tokenizer):
+    cfg = replace(TINY, lora=LoraSettings(enabled=True, r=4, alpha=8, dropout=0.0))
+    module, batch = _module_and_batch(cfg, TaskConfig(max_length=128, mask_spans=PARAGRAPH), tokenizer)
     with torch.no_grad():
         ours, n_targets = module._loss(batch)
         hf = module.model(**batch, use_cache=False).loss
@@ -570,11 +574,7 @@ def test_the_chunked_head_gives_the_plain_loss_and_gradients_without_holding_the
     cfg = replace(TINY, special_tokens=["<paragraph>", "</paragraph>", "[Retrieval]", "[Relevant]"],
                   lora=LoraSettings(enabled=lora, r=4, alpha=8, dropout=0.0))
     task = TaskConfig(max_length=128, mask_spans=PARAGRAPH)
-    module = SFTModule(cfg, task, special_tokenizer)
-    module.configure_model()
-    dm = SFTDataModule(make_examples(8), special_tokenizer, data_cfg(batch_size=4), task)
-    dm.setup("fit")
-    batch = next(iter(dm.train_dataloader()))
+    module, batch = _module_and_batch(cfg, task, special_tokenizer)
     plain_loss, plain_grads = _loss_and_grads(module, batch)
     vocab = module.model.get_output_embeddings().weight.size(0)
     module.task_cfg = replace(task, head_chunk_positions=7)  # several chunks and a short last one

@@ -171,7 +171,7 @@ def config_problems(cfg: TrainConfig) -> list[str]:
          t.micro_batch_tokens, f"null with task.objective={t.objective} (micro-batches split SFT batches only)")
     need(t.head_chunk_positions is None or t.head_chunk_positions > 0, "task.head_chunk_positions",
          t.head_chunk_positions, "null or a number of positions > 0")
-    need(t.head_chunk_positions is None or t.objective == "sft", "task.head_chunk_positions",
+    need(t.head_chunk_positions is None or t.objective not in ("dpo", "distill"), "task.head_chunk_positions",
          t.head_chunk_positions, f"null with task.objective={t.objective} (the chunked head computes the SFT loss)")
     need(math.isfinite(t.beta) and t.beta > 0, "task.beta", t.beta, "a reward temperature > 0")
     need(t.temperature > 0, "task.temperature", t.temperature, "a softmax temperature > 0")

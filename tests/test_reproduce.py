@@ -737,3 +737,53 @@ def test_rows_that_compose_to_the_same_run_at_a_preset_run_once_and_the_table_sa
     paper = reproduce_cli(str(path), "--preset", "paper", "--dry-run", cwd=tmp_path)
     assert paper.returncode == 0, paper.stderr[-3000:]
     assert "the same run as" not in paper.stdout + paper.stderr
+
+
+def test_a_stopped_table_resumes_after_its_finished_runs_and_reruns_what_changed(tmp_path):
+    """Table 7's rows take hours: a table stopped part way resumes, keeping each run that finished as it would run
+    now. A run is run again when its overrides compose to another config, when a prepared artifact (a model it
+    reads) is newer than it, or under --rerun; a run without metrics.json (failed, stopped) always runs."""
+    from omnimed.tables.reproduce import finished_runs, plan_rows, prepared_at, sweeps, validate
+
+    path = manifest(tmp_path, [ROWS[0]])
+    data = yaml.safe_load(path.read_text())
+    data["prepare"] = {"miniature": [{"name": "a model", "command": ["omnimed-train", "task=sft"],
+                                      "creates": "checkpoints/model/hf"}]}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    model = tmp_path / "checkpoints" / "model" / "hf"
+    model.mkdir(parents=True)  # the step's artifact exists: it is not run
+    res = reproduce_cli(str(path), f"paths.root={tmp_path}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = tmp_path / "experiments" / "demo" / "results"
+    run = out / "runs" / "table1" / "bm25" / "world"
+    first = (run / "metrics.json").stat().st_mtime_ns
+    ours = next(csv.DictReader((out / "table1.csv").open()))["ours"]
+
+    res = reproduce_cli(str(path), f"paths.root={tmp_path}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "world: kept, finished" in " ".join((res.stdout + res.stderr).split())
+    assert (run / "metrics.json").stat().st_mtime_ns == first  # not run again
+    row = next(csv.DictReader((out / "table1.csv").open()))
+    assert row["status"] == "measured" and row["ours"] == ours
+
+    def kept(extra: list[str], not_before: float) -> dict[str, float]:
+        m = load_manifest(path)
+        plan, = plan_rows(m, "miniature", extra)
+        validate([plan], m, runs_dir=out / "runs" / "table1")
+        (folder, datasets, column), = sweeps(plan, m)
+        return finished_runs(plan, m, out / "runs" / "table1", "basic", folder, datasets, column, not_before)
+
+    extra = [f"paths.root={tmp_path}"]
+    m = load_manifest(path)
+    assert prepared_at(m, "miniature", extra) == model.stat().st_mtime
+    assert list(kept(extra, prepared_at(m, "miniature", extra))) == ["world"]
+    assert kept([*extra, "task.k=5"], 0.0) == {}  # another config: its finished run is not this one
+    assert kept(extra, (run / "metrics.json").stat().st_mtime + 1) == {}  # a model retrained since
+    (run / "metrics.json").unlink()
+    assert kept(extra, 0.0) == {}
+
+    res = reproduce_cli(str(path), "--rerun", f"paths.root={tmp_path}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "kept" not in res.stdout + res.stderr
+    assert (run / "metrics.json").is_file()
+    assert next(csv.DictReader((out / "table1.csv").open()))["ours"] == ours

@@ -6,6 +6,9 @@
         hydra.launcher.gpus_per_node=1 hydra.launcher.partition=gpu   # launcher settings, checked before any run
     omnimed-reproduce experiments/selfbiorag/table9.yaml --training-seeds 0,1,2   # trained rows' spread over seeds
 
+Stopped part way, the same command resumes: prepare steps whose artifact exists and runs that already finished as
+they would run now (same composed config, after the newest prepared artifact) are kept; --rerun runs them again.
+
 A row runs only if its method is built and its task produces the table's metric; the others are listed as missing
 with the reason. At a given preset, a column whose paper benchmark has no loader yet is reported missing too.
 """
@@ -66,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--training-seeds", type=_seeds, default=(), metavar="0,1,2",
                         help="train the table's seeded prepare steps once per seed and run every row against each; "
                         "the table states each cell's spread over the seeds (stored for later runs)")
+    parser.add_argument("--rerun", action="store_true", help="run every row again; by default a run that "
+                        "already finished as it would run now, after the table's models were prepared, is kept")
     parser.add_argument("overrides", nargs="*", help="extra overrides for every run, e.g. task.limit=50")
     args = parser.parse_intermixed_args(argv)
     if args.list:
@@ -79,8 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out) if args.out else Path(args.manifest).parent / "results"
         cells, paths = reproduce(manifest, preset=args.preset, out_dir=out, launcher=args.launcher,
                                  extra=args.overrides, dry_run=args.dry_run,
-                                 training_seeds=args.training_seeds,
-                                 log=lambda text: console.print(text, markup=False, highlight=False))  # overrides hold [...]
+                                 training_seeds=args.training_seeds, rerun=args.rerun,
+                                 # markup off: overrides hold [...]
+                                 log=lambda text: console.print(text, markup=False, highlight=False))
     except ManifestError as exc:
         console.print(f"[red]omnimed-reproduce: {exc}[/red]")
         return 2

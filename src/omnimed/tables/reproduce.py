@@ -14,9 +14,10 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from datetime import date
+from datetime import date, datetime
 from pathlib import Path
 
 from omnimed.data.artifacts import atomic_write_text
@@ -189,18 +190,12 @@ def validate(plans: list[RowPlan], manifest: TableManifest, *, launcher: str = D
     """Check every dataset key, then compose every (row, dataset) run now, Hydra's own config included, with the
     launcher it will run under (so ``hydra.launcher.*`` settings are checked against that launcher); a row naming
     an unknown option fails here, naming the row."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    from omnimed.conf import conf_dir
-    from omnimed.evaluation.config import register_evaluate_configs
+    from hydra import compose
 
     check_datasets(plans, manifest)
     runs_dir = runs_dir or Path("runs")
-    register_evaluate_configs()
-    GlobalHydra.instance().clear()
     composed: dict[tuple[str, ...], str] = {}  # a list is composed once (a quarter of the shipped tables' repeat)
-    with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
+    with evaluate_configs():
         for plan in plans:
             # a row whose every column waits for a loader runs nothing, but its overrides must still compose; the
             # dataset key is one string value (checked above), so one key per row shows whether the row composes
@@ -225,6 +220,21 @@ def validate(plans: list[RowPlan], manifest: TableManifest, *, launcher: str = D
                     prints.append((folder, tuple((k, tuple(v)) for k, v in datasets.items()), texts[0]))
             plan.fingerprint = tuple(prints)
     mark_shared_runs(plans)
+
+
+@contextmanager
+def evaluate_configs() -> Iterator[None]:
+    """A Hydra context in which ``compose("evaluate", ...)`` composes what ``omnimed-evaluate`` would run."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from omnimed.conf import conf_dir
+    from omnimed.evaluation.config import register_evaluate_configs
+
+    register_evaluate_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
+        yield
 
 
 def run_config_text(cfg) -> str:
@@ -260,6 +270,52 @@ def mark_seed_independent_runs(plans_by_seed: dict[int, list[RowPlan]]) -> None:
             if plan.fingerprint and plan.same_as is None:
                 earlier = first.setdefault(plan.fingerprint, (seed, plan.row.name))
                 plan.same_as_seed = earlier if earlier[0] != seed else None
+
+
+def saved_config_text(run_dir: Path) -> str | None:
+    """:func:`run_config_text` of the config a finished run saved (``.hydra/config.yaml``), None without one."""
+    from omegaconf import OmegaConf, open_dict
+
+    path = run_dir / ".hydra" / "config.yaml"
+    if not path.is_file():
+        return None
+    cfg = OmegaConf.load(path)
+    with open_dict(cfg):
+        cfg.pop("run_name", None)
+    return OmegaConf.to_yaml(cfg)
+
+
+def prepared_at(manifest: TableManifest, preset: str, extra: list[str] | None) -> float:
+    """When the newest artifact of the preset's prepare steps was made (0 without any): a run that finished
+    before it read an older model or build."""
+    root = artifact_root(extra)
+    times = [(root / step.creates).stat().st_mtime for step in manifest.prepare.get(preset, [])
+             if (root / step.creates).exists()]
+    return max(times, default=0.0)
+
+
+def finished_runs(plan: RowPlan, manifest: TableManifest, runs_dir: Path, launcher: str, folder: str,
+                  datasets: dict[str, list[str]], column: list[str], not_before: float) -> dict[str, float]:
+    """The dataset keys of one sweep whose run already finished as it would run now (key -> when): its folder
+    holds ``metrics.json`` written after ``not_before`` (the table's newest prepared artifact) by a run whose saved
+    config is the one its overrides compose to today. A table stopped part way resumes after them; a changed
+    row, preset or config file, or a retrained model, runs again."""
+    from hydra import compose
+
+    done: dict[str, float] = {}
+    candidates = [key for key in datasets if (runs_dir / plan.slug / folder / key / "metrics.json").is_file()]
+    if not candidates:
+        return done
+    with evaluate_configs():
+        for key in candidates:
+            run_dir = runs_dir / plan.slug / folder / key
+            finished = (run_dir / "metrics.json").stat().st_mtime
+            if finished < not_before or (saved := saved_config_text(run_dir)) is None:
+                continue
+            overrides = run_overrides(plan, manifest, runs_dir, launcher, key, folder=folder, column=column)
+            if saved == run_config_text(compose("evaluate", overrides=overrides, return_hydra_config=True)):
+                done[key] = finished
+    return done
 
 
 def run_row(plan: RowPlan, manifest: TableManifest, runs_dir: Path, launcher: str, folder: str,
@@ -468,10 +524,12 @@ def _fill_averages(manifest: TableManifest, preset: str, row_cells: dict[str, Ce
 
 
 def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_dir: Path, launcher: str,
-              dry_run: bool, log, earlier: dict[int, dict[str, dict[str, Cell]]] | None = None
-              ) -> dict[str, dict[str, Cell]]:
+              dry_run: bool, log, earlier: dict[int, dict[str, dict[str, Cell]]] | None = None,
+              resume_after: float | None = None) -> dict[str, dict[str, Cell]]:
     """Run every planned row (nothing on a dry run) and collect its cells; rows that do not run say why.
-    ``earlier``: the cells of the training seeds already run, for the rows marked ``same_as_seed``."""
+    ``earlier``: the cells of the training seeds already run, for the rows marked ``same_as_seed``;
+    ``resume_after``: keep the runs that finished as they would run now after this time (:func:`finished_runs`),
+    None to run everything again."""
     earlier = earlier or {}
     cells: dict[str, dict[str, Cell]] = {}
     for row in manifest.rows:
@@ -502,7 +560,14 @@ def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_d
                 _fill_averages(manifest, preset, cells[plan.row.name])
             continue
         for folder, datasets, extra in sweeps(plan, manifest):
-            res = run_row(plan, manifest, runs_dir, launcher, folder, datasets, extra)
+            done = ({} if resume_after is None else
+                    finished_runs(plan, manifest, runs_dir, launcher, folder, datasets, extra, resume_after))
+            for key, when in done.items():
+                log(f"  {key}{' (' + folder + ')' if folder else ''}: kept, finished "
+                    f"{datetime.fromtimestamp(when):%Y-%m-%d %H:%M} as it would run now (--rerun runs it again)")
+            todo = {key: cols for key, cols in datasets.items() if key not in done}
+            res = (run_row(plan, manifest, runs_dir, launcher, folder, todo, extra) if todo
+                   else subprocess.CompletedProcess([], 0))
             reason = ""
             if res.returncode != 0:
                 errors = [line for line in (res.stderr or "").splitlines() if "Error" in line or "error:" in line]
@@ -527,13 +592,16 @@ def reproduce(
     extra: list[str] | None = None,
     dry_run: bool = False,
     training_seeds: Sequence[int] = (),
+    rerun: bool = False,
     log=print,
 ) -> tuple[dict[str, dict[str, Cell]], dict[str, Path]]:
     """Run the table's runnable rows and write its report; returns the cells and the report paths. With
     ``training_seeds``, the seeded prepare steps train once per seed and every row runs against each seed's
     models: the report is the default seed's table (else the first seed's) with each cell's spread over the seeds,
     which is also stored (``<table>.seeds.json``, as each seed finishes) and stated by later single-seed runs of the
-    table; a seed it already holds for the rows as defined now is read back, not run again."""
+    table; a seed it already holds for the rows as defined now is read back, not run again. A run that already
+    finished as it would run now, after the table's models were prepared, is kept (a stopped table resumes where
+    it stopped) unless ``rerun``."""
     launcher, extra = split_launcher(launcher, extra)
     seeds = list(dict.fromkeys(training_seeds)) or [DEFAULT_TRAINING_SEED]
     main = DEFAULT_TRAINING_SEED if DEFAULT_TRAINING_SEED in seeds else seeds[0]
@@ -565,7 +633,8 @@ def reproduce(
                 log(f"prepare {step.name}: {' '.join(step.command)} -> {step.creates}")
         elif any(plan.same_as_seed is None and (plan.datasets or plan.alone) for plan in plans):
             run_prepare(seeded, preset, runs_dir, extra, log)
-        per_seed[seed] = _run_rows(seeded, plans, preset, runs_dir, launcher, dry_run, log, per_seed)
+        resume_after = None if rerun else prepared_at(seeded, preset, extra)
+        per_seed[seed] = _run_rows(seeded, plans, preset, runs_dir, launcher, dry_run, log, per_seed, resume_after)
         if len(seeds) > 1 and not dry_run:  # each seed is kept as soon as it is measured, in the seeds' order
             spread = seed_spread(manifest, {s: per_seed[s] for s in seeds if s in per_seed}, preset, ran_once)
             out_dir.mkdir(parents=True, exist_ok=True)

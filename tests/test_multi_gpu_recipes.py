@@ -52,3 +52,6 @@ def test_the_readme_memory_table_is_the_plan_and_the_plan_is_the_zero_arithmetic
     assert 35e6 < seven.lora_params(16) < 45e6  # ~40M: PEFT's count for Llama-2-7B, r=16, all projections
     assert lora["weights"] == pytest.approx(2 * (seven.params + seven.lora_params(16)) / 8)
     assert lora["activations"] < full["activations"] / 10 and lora["total"] < 8 * GB
+    chunked = per_gpu(seven, gpus=8, micro_batch=4, seq=2048, lora_r=16, checkpointing=True, head_chunk=1024)
+    assert chunked["logits"] == pytest.approx(6 * 1024 * seven.vocab) and lora["logits"] == 8 * chunked["logits"]
+    assert lora["total"] - chunked["total"] == pytest.approx(7 * chunked["logits"])

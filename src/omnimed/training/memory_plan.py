@@ -5,7 +5,8 @@ gradients 2, fp32 master weights, momentum and variance 12; ZeRO, Rajbhandari et
 2 bytes; ZeRO-3 divides all of it by the number of GPUs. Activations per transformer layer take 34 s b h bytes with
 an attention that never materialises the s x s scores (SDPA / flash; Korthikanti et al. 2022, Table 2 without the
 5 a s / h term); gradient checkpointing keeps each layer's 2 s b h input and recomputes one layer at a time. The
-logits add s b V x 6 bytes (bf16, and the fp32 copy the loss takes). Estimates, not measurements: allocator slack,
+logits add s b V x 6 bytes (bf16, and the fp32 copy the loss takes), or c V x 6 bytes with the LM head computed c
+positions at a time (``task.head_chunk_positions``). Estimates, not measurements: allocator slack,
 communication buffers (a few GB with ZeRO-3's buckets) and fragmentation come on top.
 
 ``python -m omnimed.training.memory_plan`` prints the README's table.
@@ -43,8 +44,9 @@ SHAPES = {
 
 
 def per_gpu(shape: Shape, *, gpus: int, micro_batch: int, seq: int, lora_r: int | None = None,
-            checkpointing: bool = False) -> dict[str, float]:
-    """Bytes per GPU under ZeRO-3 (states divided by ``gpus``), by part, with their ``total``."""
+            checkpointing: bool = False, head_chunk: int | None = None) -> dict[str, float]:
+    """Bytes per GPU under ZeRO-3 (states divided by ``gpus``), by part, with their ``total``; ``head_chunk``: the
+    LM head's positions at a time (``task.head_chunk_positions``; None: all of the micro-batch's)."""
     trained = shape.lora_params(lora_r) if lora_r else shape.params
     frozen = shape.params if lora_r else 0.0
     sbh = seq * micro_batch * shape.hidden
@@ -54,19 +56,20 @@ def per_gpu(shape: Shape, *, gpus: int, micro_batch: int, seq: int, lora_r: int 
         "gradients": 2 * trained / gpus,
         "optimizer": 12 * trained / gpus,
         "activations": float(act),
-        "logits": 6.0 * seq * micro_batch * shape.vocab,
+        "logits": 6.0 * min(seq * micro_batch, head_chunk or seq * micro_batch) * shape.vocab,
     }
     parts["total"] = sum(parts.values())
     return parts
 
 
-#: the README's recipes: (label, shape, lora rank or None, gradient checkpointing)
+#: the README's recipes: (label, shape, lora rank or None, gradient checkpointing, head chunk or None)
 RECIPES = [
-    ("7B full (Self-BioRAG generator)", "7B", None, False),
-    ("7B full, checkpointing", "7B", None, True),
-    ("7B LoRA r16, checkpointing", "7B", 16, True),
-    ("13B full, checkpointing", "13B", None, True),
-    ("13B LoRA r16, checkpointing", "13B", 16, True),
+    ("7B full (Self-BioRAG generator)", "7B", None, False, None),
+    ("7B full, checkpointing", "7B", None, True, None),
+    ("7B LoRA r16, checkpointing", "7B", 16, True, None),
+    ("7B LoRA r16, checkpointing, head 1,024 positions at a time", "7B", 16, True, 1024),
+    ("13B full, checkpointing", "13B", None, True, None),
+    ("13B LoRA r16, checkpointing", "13B", 16, True, None),
 ]
 
 
@@ -75,8 +78,9 @@ def table(gpus: int = 8, micro_batch: int = 4, seq: int = 2048) -> str:
     head = f"| recipe ({gpus} GPUs, ZeRO-3, bf16, micro batch {micro_batch}, seq {seq}) | weights | gradients | " \
            "optimizer | activations | logits | total |"
     rows = [head, "|---|---|---|---|---|---|---|"]
-    for label, key, r, ckpt in RECIPES:
-        p = per_gpu(SHAPES[key], gpus=gpus, micro_batch=micro_batch, seq=seq, lora_r=r, checkpointing=ckpt)
+    for label, key, r, ckpt, chunk in RECIPES:
+        p = per_gpu(SHAPES[key], gpus=gpus, micro_batch=micro_batch, seq=seq, lora_r=r, checkpointing=ckpt,
+                    head_chunk=chunk)
         cells = " | ".join(f"{p[k] / GB:.1f}" for k in ("weights", "gradients", "optimizer", "activations", "logits",
                                                           "total"))
         rows.append(f"| {label} | {cells} |")

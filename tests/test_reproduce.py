@@ -741,8 +741,9 @@ def test_rows_that_compose_to_the_same_run_at_a_preset_run_once_and_the_table_sa
 
 def test_a_stopped_table_resumes_after_its_finished_runs_and_reruns_what_changed(tmp_path):
     """Table 7's rows take hours: a table stopped part way resumes, keeping each run that finished as it would run
-    now. A run is run again when its overrides compose to another config, when a prepared artifact (a model it
-    reads) is newer than it, or under --rerun; a run without metrics.json (failed, stopped) always runs."""
+    now, and a table whose run another table already made (tables 12 and 13) reads it. A run is run again when
+    its overrides compose to another config, when a prepared artifact (a model it reads) is newer than it, or under
+    --rerun; a run without metrics.json (failed, stopped) always runs."""
     from omnimed.tables.reproduce import finished_runs, plan_rows, prepared_at, sweeps, validate
 
     path = manifest(tmp_path, [ROWS[0]])
@@ -761,12 +762,21 @@ def test_a_stopped_table_resumes_after_its_finished_runs_and_reruns_what_changed
 
     res = reproduce_cli(str(path), f"paths.root={tmp_path}", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
-    assert "world: kept, finished" in " ".join((res.stdout + res.stderr).split())
+    assert "world: kept, the run that finished" in " ".join((res.stdout + res.stderr).split())
     assert (run / "metrics.json").stat().st_mtime_ns == first  # not run again
     row = next(csv.DictReader((out / "table1.csv").open()))
     assert row["status"] == "measured" and row["ours"] == ours
+    # another table whose row computes the same run (its own W&B group) reads table1's, not running it again
+    other = manifest(tmp_path, [ROWS[0]], name="table2")
+    other.write_text(path.read_text().replace("table: table1", "table: table2"))
+    res = reproduce_cli(str(other), f"paths.root={tmp_path}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    log = "".join((res.stdout + res.stderr).split())
+    assert "world:kept,therunthatfinished" in log and str(run) in log
+    assert not (out / "runs" / "table2" / "bm25").exists()
+    assert next(csv.DictReader((out / "table2.csv").open()))["ours"] == ours
 
-    def kept(extra: list[str], not_before: float) -> dict[str, float]:
+    def kept(extra: list[str], not_before: float) -> dict[str, tuple[Path, float]]:
         m = load_manifest(path)
         plan, = plan_rows(m, "miniature", extra)
         validate([plan], m, runs_dir=out / "runs" / "table1")

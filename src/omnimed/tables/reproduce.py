@@ -237,16 +237,24 @@ def evaluate_configs() -> Iterator[None]:
         yield
 
 
-def run_config_text(cfg) -> str:
-    """A composed ``omnimed-evaluate`` config as YAML, less what only names or places the run (Hydra's own settings,
-    ``run_name``): two runs with the same text compute the same thing."""
-    from omegaconf import OmegaConf, open_dict
+def _computation_text(cfg) -> str:
+    """``cfg`` as YAML less what only names, groups or places a run: Hydra's own settings, ``run_name``,
+    ``experiment`` and ``logger.group`` (each table's W&B group)."""
+    import yaml
+    from omegaconf import OmegaConf
 
-    cfg = cfg.copy()
-    with open_dict(cfg):
-        cfg.pop("hydra", None)
-        cfg.pop("run_name", None)
-    return OmegaConf.to_yaml(cfg)
+    plain = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
+    for key in ("hydra", "run_name", "experiment"):
+        plain.pop(key, None)
+    if isinstance(plain.get("logger"), dict):
+        plain["logger"].pop("group", None)
+    return yaml.safe_dump(plain, sort_keys=True)
+
+
+def run_config_text(cfg) -> str:
+    """A composed ``omnimed-evaluate`` config as YAML, less what only names or places the run: two runs with the
+    same text compute the same thing, in one table or two."""
+    return _computation_text(cfg)
 
 
 def mark_shared_runs(plans: list[RowPlan]) -> None:
@@ -274,15 +282,10 @@ def mark_seed_independent_runs(plans_by_seed: dict[int, list[RowPlan]]) -> None:
 
 def saved_config_text(run_dir: Path) -> str | None:
     """:func:`run_config_text` of the config a finished run saved (``.hydra/config.yaml``), None without one."""
-    from omegaconf import OmegaConf, open_dict
+    from omegaconf import OmegaConf
 
     path = run_dir / ".hydra" / "config.yaml"
-    if not path.is_file():
-        return None
-    cfg = OmegaConf.load(path)
-    with open_dict(cfg):
-        cfg.pop("run_name", None)
-    return OmegaConf.to_yaml(cfg)
+    return _computation_text(OmegaConf.load(path)) if path.is_file() else None
 
 
 def prepared_at(manifest: TableManifest, preset: str, extra: list[str] | None) -> float:
@@ -295,26 +298,37 @@ def prepared_at(manifest: TableManifest, preset: str, extra: list[str] | None) -
 
 
 def finished_runs(plan: RowPlan, manifest: TableManifest, runs_dir: Path, launcher: str, folder: str,
-                  datasets: dict[str, list[str]], column: list[str], not_before: float) -> dict[str, float]:
-    """The dataset keys of one sweep whose run already finished as it would run now (key -> when): its folder
-    holds ``metrics.json`` written after ``not_before`` (the table's newest prepared artifact) by a run whose saved
-    config is the one its overrides compose to today. A table stopped part way resumes after them; a changed
-    row, preset or config file, or a retrained model, runs again."""
+                  datasets: dict[str, list[str]], column: list[str], not_before: float
+                  ) -> dict[str, tuple[Path, float]]:
+    """The dataset keys of one sweep whose run already finished as it would run now (key -> its folder, when): a
+    folder holding ``metrics.json`` written after ``not_before`` (the table's newest prepared artifact) by a run
+    whose saved config computes what the run's overrides compose to today. The run's own folder is looked at
+    first, then the other tables' runs beside it (``<results>/runs/*``: tables 12 and 13 run the same plans), so
+    a table stopped part way resumes after its finished runs and a run another table made is read, not repeated; a
+    changed row, preset or config file, or a retrained model, runs again."""
     from hydra import compose
 
-    done: dict[str, float] = {}
-    candidates = [key for key in datasets if (runs_dir / plan.slug / folder / key / "metrics.json").is_file()]
-    if not candidates:
+    own = runs_dir / plan.slug / folder
+    found: dict[str, list[Path]] = {}
+    for key in datasets:
+        others = sorted(d.parent for d in runs_dir.parent.glob(f"*/**/{key}/metrics.json") if d.parent != own / key)
+        found[key] = [d for d in (own / key, *others) if (d / "metrics.json").is_file()]
+    done: dict[str, tuple[Path, float]] = {}
+    if not any(found.values()):
         return done
     with evaluate_configs():
-        for key in candidates:
-            run_dir = runs_dir / plan.slug / folder / key
-            finished = (run_dir / "metrics.json").stat().st_mtime
-            if finished < not_before or (saved := saved_config_text(run_dir)) is None:
-                continue
-            overrides = run_overrides(plan, manifest, runs_dir, launcher, key, folder=folder, column=column)
-            if saved == run_config_text(compose("evaluate", overrides=overrides, return_hydra_config=True)):
-                done[key] = finished
+        for key, run_dirs in found.items():
+            wanted = None
+            for run_dir in run_dirs:
+                finished = (run_dir / "metrics.json").stat().st_mtime
+                if finished < not_before or (saved := saved_config_text(run_dir)) is None:
+                    continue
+                if wanted is None:
+                    overrides = run_overrides(plan, manifest, runs_dir, launcher, key, folder=folder, column=column)
+                    wanted = run_config_text(compose("evaluate", overrides=overrides, return_hydra_config=True))
+                if saved == wanted:
+                    done[key] = (run_dir, finished)
+                    break
     return done
 
 
@@ -562,9 +576,11 @@ def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_d
         for folder, datasets, extra in sweeps(plan, manifest):
             done = ({} if resume_after is None else
                     finished_runs(plan, manifest, runs_dir, launcher, folder, datasets, extra, resume_after))
-            for key, when in done.items():
-                log(f"  {key}{' (' + folder + ')' if folder else ''}: kept, finished "
-                    f"{datetime.fromtimestamp(when):%Y-%m-%d %H:%M} as it would run now (--rerun runs it again)")
+            for key, (run_dir, when) in done.items():
+                where = "" if run_dir == runs_dir / plan.slug / folder / key else f" in {run_dir}"
+                log(f"  {key}{' (' + folder + ')' if folder else ''}: kept, the run that finished "
+                    f"{datetime.fromtimestamp(when):%Y-%m-%d %H:%M}{where} computes what this one would "
+                    "(--rerun runs it again)")
             todo = {key: cols for key, cols in datasets.items() if key not in done}
             res = (run_row(plan, manifest, runs_dir, launcher, folder, todo, extra) if todo
                    else subprocess.CompletedProcess([], 0))
@@ -575,7 +591,8 @@ def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_d
                 log(f"  failed{' (' + folder + ')' if folder else ''}: {reason}")
             for key, columns in datasets.items():
                 for col in columns:
-                    cell = read_cell(runs_dir / plan.slug / folder / key, manifest, col)
+                    cell = read_cell(done[key][0] if key in done else runs_dir / plan.slug / folder / key, manifest,
+                                     col)
                     if cell.status == "failed" and reason:
                         cell.status = f"failed: {reason[:160]}"
                     cells[plan.row.name][col] = cell

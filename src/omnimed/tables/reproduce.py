@@ -237,9 +237,10 @@ def evaluate_configs() -> Iterator[None]:
         yield
 
 
-def _computation_text(cfg) -> str:
-    """``cfg`` as YAML less what only names, groups or places a run: Hydra's own settings, ``run_name``,
-    ``experiment`` and ``logger.group`` (each table's W&B group)."""
+def run_config_text(cfg) -> str:
+    """A composed ``omnimed-evaluate`` config as YAML, less what only names, groups or places the run (Hydra's own
+    settings, ``run_name``, ``experiment``, ``logger.group``: each table's W&B group): two runs with the same text
+    compute the same thing, in one table or two."""
     import yaml
     from omegaconf import OmegaConf
 
@@ -249,12 +250,6 @@ def _computation_text(cfg) -> str:
     if isinstance(plain.get("logger"), dict):
         plain["logger"].pop("group", None)
     return yaml.safe_dump(plain, sort_keys=True)
-
-
-def run_config_text(cfg) -> str:
-    """A composed ``omnimed-evaluate`` config as YAML, less what only names or places the run: two runs with the
-    same text compute the same thing, in one table or two."""
-    return _computation_text(cfg)
 
 
 def mark_shared_runs(plans: list[RowPlan]) -> None:
@@ -285,7 +280,7 @@ def saved_config_text(run_dir: Path) -> str | None:
     from omegaconf import OmegaConf
 
     path = run_dir / ".hydra" / "config.yaml"
-    return _computation_text(OmegaConf.load(path)) if path.is_file() else None
+    return run_config_text(OmegaConf.load(path)) if path.is_file() else None
 
 
 def prepared_at(manifest: TableManifest, preset: str, extra: list[str] | None) -> float:

@@ -766,6 +766,8 @@ def test_a_stopped_table_resumes_after_its_finished_runs_and_reruns_what_changed
     assert (run / "metrics.json").stat().st_mtime_ns == first  # not run again
     row = next(csv.DictReader((out / "table1.csv").open()))
     assert row["status"] == "measured" and row["ours"] == ours
+    dry = reproduce_cli(str(path), "--dry-run", f"paths.root={tmp_path}", cwd=tmp_path)  # says what would be kept
+    assert dry.returncode == 0 and "world: kept, the run that finished" in " ".join((dry.stdout + dry.stderr).split())
     # another table whose row computes the same run (its own W&B group) reads table1's, not running it again
     other = manifest(tmp_path, [ROWS[0]], name="table2")
     other.write_text(path.read_text().replace("table: table1", "table: table2"))

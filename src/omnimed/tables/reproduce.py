@@ -564,7 +564,7 @@ def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_d
         log(f"[{i}/{len(plans)}] {plan.row.name}: {', '.join(shown) or 'nothing to run'}"
             + (f" (not run: {'; '.join(w.removeprefix('missing: ') for w in waiting)})" if waiting else ""))
         cells[plan.row.name] = {col: Cell(status=why) for col, why in plan.pending.items()}
-        if dry_run or not (plan.datasets or plan.alone):
+        if not (plan.datasets or plan.alone):
             if not dry_run:
                 _fill_averages(manifest, preset, cells[plan.row.name])
             continue
@@ -576,6 +576,8 @@ def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_d
                 log(f"  {key}{' (' + folder + ')' if folder else ''}: kept, the run that finished "
                     f"{datetime.fromtimestamp(when):%Y-%m-%d %H:%M}{where} computes what this one would "
                     "(--rerun runs it again)")
+            if dry_run:  # what a real run would keep is shown; nothing runs
+                continue
             todo = {key: cols for key, cols in datasets.items() if key not in done}
             res = (run_row(plan, manifest, runs_dir, launcher, folder, todo, extra) if todo
                    else subprocess.CompletedProcess([], 0))
@@ -591,7 +593,8 @@ def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_d
                     if cell.status == "failed" and reason:
                         cell.status = f"failed: {reason[:160]}"
                     cells[plan.row.name][col] = cell
-        _fill_averages(manifest, preset, cells[plan.row.name])
+        if not dry_run:
+            _fill_averages(manifest, preset, cells[plan.row.name])
     return cells
 
 

@@ -744,7 +744,8 @@ def test_a_stopped_table_resumes_after_its_finished_runs_and_reruns_what_changed
     now, and a table whose run another table already made (tables 12 and 13) reads it. A run is run again when
     its overrides compose to another config, when a prepared artifact (a model it reads) is newer than it, or under
     --rerun; a run without metrics.json (failed, stopped) always runs."""
-    from omnimed.tables.reproduce import finished_runs, plan_rows, prepared_at, sweeps, validate
+    from omnimed.tables.reproduce import plan_rows, prepared_at, run_overrides, sweeps, validate
+    from omnimed.tables.resume import finished_runs
 
     path = manifest(tmp_path, [ROWS[0]])
     data = yaml.safe_load(path.read_text())
@@ -783,7 +784,10 @@ def test_a_stopped_table_resumes_after_its_finished_runs_and_reruns_what_changed
         plan, = plan_rows(m, "miniature", extra)
         validate([plan], m, runs_dir=out / "runs" / "table1")
         (folder, datasets, column), = sweeps(plan, m)
-        return finished_runs(plan, m, out / "runs" / "table1", "basic", folder, datasets, column, not_before)
+        runs = out / "runs" / "table1"
+        return finished_runs(runs / plan.slug / folder, runs.parent, datasets,
+                             lambda key: run_overrides(plan, m, runs, "basic", key, folder=folder, column=column),
+                             not_before)
 
     extra = [f"paths.root={tmp_path}"]
     m = load_manifest(path)

@@ -14,8 +14,7 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 from pathlib import Path
@@ -33,6 +32,7 @@ from omnimed.tables.manifest import (
     runnable_methods,
 )
 from omnimed.tables.report import Cell, Detectable, write_report
+from omnimed.tables.resume import evaluate_configs, finished_runs, run_config_text
 
 MINIATURE = "miniature"
 DEFAULT_TRAINING_SEED = 0  # conf/train.yaml's seed: what a table trains with unless --training-seeds says otherwise
@@ -222,36 +222,6 @@ def validate(plans: list[RowPlan], manifest: TableManifest, *, launcher: str = D
     mark_shared_runs(plans)
 
 
-@contextmanager
-def evaluate_configs() -> Iterator[None]:
-    """A Hydra context in which ``compose("evaluate", ...)`` composes what ``omnimed-evaluate`` would run."""
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    from omnimed.conf import conf_dir
-    from omnimed.evaluation.config import register_evaluate_configs
-
-    register_evaluate_configs()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
-        yield
-
-
-def run_config_text(cfg) -> str:
-    """A composed ``omnimed-evaluate`` config as YAML, less what only names, groups or places the run (Hydra's own
-    settings, ``run_name``, ``experiment``, ``logger.group``: each table's W&B group): two runs with the same text
-    compute the same thing, in one table or two."""
-    import yaml
-    from omegaconf import OmegaConf
-
-    plain = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
-    for key in ("hydra", "run_name", "experiment"):
-        plain.pop(key, None)
-    if isinstance(plain.get("logger"), dict):
-        plain["logger"].pop("group", None)
-    return yaml.safe_dump(plain, sort_keys=True)
-
-
 def mark_shared_runs(plans: list[RowPlan]) -> None:
     """Point each row whose runs compose to the same configs as an earlier row's at that row (``same_as``): at
     miniature scale one model or encoder stands in for the paper's several (PolyRAG's GTE, BGE-M3 and jina rows
@@ -275,14 +245,6 @@ def mark_seed_independent_runs(plans_by_seed: dict[int, list[RowPlan]]) -> None:
                 plan.same_as_seed = earlier if earlier[0] != seed else None
 
 
-def saved_config_text(run_dir: Path) -> str | None:
-    """:func:`run_config_text` of the config a finished run saved (``.hydra/config.yaml``), None without one."""
-    from omegaconf import OmegaConf
-
-    path = run_dir / ".hydra" / "config.yaml"
-    return run_config_text(OmegaConf.load(path)) if path.is_file() else None
-
-
 def prepared_at(manifest: TableManifest, preset: str, extra: list[str] | None) -> float:
     """When the newest artifact of the preset's prepare steps was made (0 without any): a run that finished
     before it read an older model or build."""
@@ -290,41 +252,6 @@ def prepared_at(manifest: TableManifest, preset: str, extra: list[str] | None) -
     times = [(root / step.creates).stat().st_mtime for step in manifest.prepare.get(preset, [])
              if (root / step.creates).exists()]
     return max(times, default=0.0)
-
-
-def finished_runs(plan: RowPlan, manifest: TableManifest, runs_dir: Path, launcher: str, folder: str,
-                  datasets: dict[str, list[str]], column: list[str], not_before: float
-                  ) -> dict[str, tuple[Path, float]]:
-    """The dataset keys of one sweep whose run already finished as it would run now (key -> its folder, when): a
-    folder holding ``metrics.json`` written after ``not_before`` (the table's newest prepared artifact) by a run
-    whose saved config computes what the run's overrides compose to today. The run's own folder is looked at
-    first, then the other tables' runs beside it (``<results>/runs/*``: tables 12 and 13 run the same plans), so
-    a table stopped part way resumes after its finished runs and a run another table made is read, not repeated; a
-    changed row, preset or config file, or a retrained model, runs again."""
-    from hydra import compose
-
-    own = runs_dir / plan.slug / folder
-    found: dict[str, list[Path]] = {}
-    for key in datasets:
-        others = sorted(d.parent for d in runs_dir.parent.glob(f"*/**/{key}/metrics.json") if d.parent != own / key)
-        found[key] = [d for d in (own / key, *others) if (d / "metrics.json").is_file()]
-    done: dict[str, tuple[Path, float]] = {}
-    if not any(found.values()):
-        return done
-    with evaluate_configs():
-        for key, run_dirs in found.items():
-            wanted = None
-            for run_dir in run_dirs:
-                finished = (run_dir / "metrics.json").stat().st_mtime
-                if finished < not_before or (saved := saved_config_text(run_dir)) is None:
-                    continue
-                if wanted is None:
-                    overrides = run_overrides(plan, manifest, runs_dir, launcher, key, folder=folder, column=column)
-                    wanted = run_config_text(compose("evaluate", overrides=overrides, return_hydra_config=True))
-                if saved == wanted:
-                    done[key] = (run_dir, finished)
-                    break
-    return done
 
 
 def run_row(plan: RowPlan, manifest: TableManifest, runs_dir: Path, launcher: str, folder: str,
@@ -569,8 +496,10 @@ def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_d
                 _fill_averages(manifest, preset, cells[plan.row.name])
             continue
         for folder, datasets, extra in sweeps(plan, manifest):
-            done = ({} if resume_after is None else
-                    finished_runs(plan, manifest, runs_dir, launcher, folder, datasets, extra, resume_after))
+            done = ({} if resume_after is None else finished_runs(
+                runs_dir / plan.slug / folder, runs_dir.parent, datasets,
+                lambda key: run_overrides(plan, manifest, runs_dir, launcher, key, folder=folder, column=extra),
+                resume_after))
             for key, (run_dir, when) in done.items():
                 where = "" if run_dir == runs_dir / plan.slug / folder / key else f" in {run_dir}"
                 log(f"  {key}{' (' + folder + ')' if folder else ''}: kept, the run that finished "

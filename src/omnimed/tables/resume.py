@@ -1,0 +1,79 @@
+"""Which runs of a reproduced table are already done: the composed config of an ``omnimed-evaluate`` run as text
+(what it computes, names aside), and the finished runs, of this table or another, whose saved config is that text,
+so a stopped table resumes and tables that share runs compute them once."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+@contextmanager
+def evaluate_configs() -> Iterator[None]:
+    """A Hydra context in which ``compose("evaluate", ...)`` composes what ``omnimed-evaluate`` would run."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from omnimed.conf import conf_dir
+    from omnimed.evaluation.config import register_evaluate_configs
+
+    register_evaluate_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
+        yield
+
+
+def run_config_text(cfg) -> str:
+    """A composed ``omnimed-evaluate`` config as YAML, less what only names, groups or places the run (Hydra's own
+    settings, ``run_name``, ``experiment``, ``logger.group``: each table's W&B group): two runs with the same text
+    compute the same thing, in one table or two."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    plain = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
+    for key in ("hydra", "run_name", "experiment"):
+        plain.pop(key, None)
+    if isinstance(plain.get("logger"), dict):
+        plain["logger"].pop("group", None)
+    return yaml.safe_dump(plain, sort_keys=True)
+
+
+def saved_config_text(run_dir: Path) -> str | None:
+    """:func:`run_config_text` of the config a finished run saved (``.hydra/config.yaml``), None without one."""
+    from omegaconf import OmegaConf
+
+    path = run_dir / ".hydra" / "config.yaml"
+    return run_config_text(OmegaConf.load(path)) if path.is_file() else None
+
+
+def finished_runs(own: Path, runs_root: Path, keys: Iterable[str], overrides: Callable[[str], list[str]],
+                  not_before: float) -> dict[str, tuple[Path, float]]:
+    """The dataset keys whose run already finished as it would run now (key -> its folder, when): a folder holding
+    ``metrics.json`` written after ``not_before`` (the table's newest prepared artifact) by a run whose saved config
+    computes what ``overrides(key)`` composes to today. The run's own folder (``own / key``) is looked at first,
+    then the other tables' runs under ``runs_root`` (``<results>/runs``: tables 12 and 13 run the same plans), so a
+    table stopped part way resumes after its finished runs and a run another table made is read, not repeated; a
+    changed row, preset or config file, or a retrained model, runs again."""
+    from hydra import compose
+
+    found: dict[str, list[Path]] = {}
+    for key in keys:
+        others = sorted(d.parent for d in runs_root.glob(f"*/**/{key}/metrics.json") if d.parent != own / key)
+        found[key] = [d for d in (own / key, *others) if (d / "metrics.json").is_file()]
+    done: dict[str, tuple[Path, float]] = {}
+    if not any(found.values()):
+        return done
+    with evaluate_configs():
+        for key, run_dirs in found.items():
+            wanted = None
+            for run_dir in run_dirs:
+                finished = (run_dir / "metrics.json").stat().st_mtime
+                if finished < not_before or (saved := saved_config_text(run_dir)) is None:
+                    continue
+                if wanted is None:
+                    wanted = run_config_text(compose("evaluate", overrides=overrides(key), return_hydra_config=True))
+                if saved == wanted:
+                    done[key] = (run_dir, finished)
+                    break
+    return done

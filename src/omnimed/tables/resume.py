@@ -57,10 +57,9 @@ def finished_runs(own: Path, runs_root: Path, keys: Iterable[str], overrides: Ca
     changed row, preset or config file, or a retrained model, runs again."""
     from hydra import compose
 
-    found: dict[str, list[Path]] = {}
-    for key in keys:
-        others = sorted(d.parent for d in runs_root.glob(f"*/**/{key}/metrics.json") if d.parent != own / key)
-        found[key] = [d for d in (own / key, *others) if (d / "metrics.json").is_file()]
+    finished_dirs = sorted(d.parent for d in runs_root.glob("*/**/metrics.json"))  # one walk for every key
+    found = {key: sorted((d for d in finished_dirs if d.name == key), key=lambda d: d != own / key)  # own first
+             for key in keys}
     done: dict[str, tuple[Path, float]] = {}
     if not any(found.values()):
         return done

@@ -302,6 +302,11 @@ def test_a_row_with_an_unknown_option_fails_before_any_run(tmp_path):
     assert res.returncode == 2
     assert "Broken" in res.stderr + res.stdout and "no_such_corpus" in res.stderr + res.stdout
     assert not (tmp_path / "experiments" / "demo" / "results" / "runs").exists()  # nothing ran
+    # the row's overrides are composed last too only where the preset sets one of the same keys (it hides them)
+    from omnimed.tables.reproduce import plan_rows
+
+    plans = plan_rows(load_manifest(path), "miniature")
+    assert plans[0].row_last == [] and plans[1].row_last[-1] == "knowledge=no_such_corpus"
 
 
 def test_reproduce_runs_rows_reports_missing_and_writes_the_table(tmp_path):
@@ -507,6 +512,27 @@ def test_a_column_where_every_row_answers_alike_is_reported_as_telling_no_rows_a
     other["q1#0"] = True  # one question apart: a resolution, not this line
     apart = markdown(m, cells, "miniature", {"World": detectable_difference([dict(same), other])})
     assert "Every row has the same outcome" not in apart
+    assert "One answer to at least" not in apart
+
+
+def test_a_cell_whose_reader_gives_one_answer_to_nearly_every_question_says_so(tmp_path):
+    from omnimed.tables.detectable import answer_skew
+    from omnimed.tables.report import Cell, markdown
+
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"question_id": f"q{i}", "prediction": "C" if i < 19 else "A", "correct": i >= 16} for i in range(20)]
+    rows.append({"question_id": "q20", "prediction": None, "error": "timeout"})  # failed calls are not answers
+    (run / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert answer_skew(run) == ("C", 19, 20)
+    assert answer_skew(tmp_path) is None
+    m = load_manifest(manifest(tmp_path, ROWS[:2]))
+    first, second = (r["name"] for r in ROWS[:2])
+    cells = {first: {"World": Cell(ours=20.0, status="measured", skew=answer_skew(run))},
+             second: {"World": Cell(ours=40.0, status="measured", skew=("B", 17, 20))}}  # 85%: under the bar
+    text = markdown(m, cells, "miniature")
+    assert f"One answer to at least 90% of the questions in: World ({first}: C 19/20)." in text
+    assert f"{second}: B" not in text
 
 
 def test_each_row_is_paired_by_question_against_the_named_row_and_separated_pairs_are_marked(tmp_path):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import combinations
 from pathlib import Path
@@ -51,6 +52,18 @@ def question_outcomes(run_dir: Path, metric: str) -> dict[str, bool | float] | N
     else:
         return None
     return dict(outcomes) or None
+
+
+def answer_skew(run_dir: Path) -> tuple[str, int, int] | None:
+    """``(answer, count, total)``: the answer a QA run gave most often and to how many of its predictions. A reader
+    that gives one answer to nearly every question scores that answer's base rate whatever it is shown, so no row
+    can differ from another there; None for a run without predictions that carry one."""
+    counts = Counter(str(row["prediction"]) for row in _rows(run_dir / "predictions.jsonl")
+                     if row.get("prediction") is not None)
+    if not counts:
+        return None
+    answer, count = counts.most_common(1)[0]
+    return answer, count, sum(counts.values())
 
 
 def _rows(path: Path) -> Iterator[dict]:

@@ -32,7 +32,12 @@ class Cell:
     # per question (and seed): right or wrong, for an accuracy column (what the detectable difference is paired on)
     outcomes: Optional[dict[str, bool | float]] = field(default=None, repr=False)
     same_as: str = ""  # the row whose run this cell is (the two rows compose to the same config at this preset)
+    skew: Optional[tuple[str, int, int]] = None  # the answer given most often, to how many, of how many predictions
 
+
+#: a cell whose run gives one answer to at least this share of its questions is reported as measuring that answer's
+#: base rate (the miniature reader answering "maybe" to every PubMedQA question), not the row
+SKEWED_SHARE = 0.9
 
 #: column -> (the smallest difference it can detect, on the paper's scale; the questions it is paired on)
 Detectable = dict[str, tuple[float, int]]
@@ -144,6 +149,21 @@ def spread_lines(manifest: TableManifest, spread: dict) -> list[str]:
     return lines
 
 
+def skew_lines(manifest: TableManifest, cells: dict[str, dict[str, Cell]]) -> list[str]:
+    """The cells whose run gave one answer to nearly every question (:data:`SKEWED_SHARE`), by column: there the
+    score is that answer's share of the gold answers, whatever the row changes."""
+    found = []
+    for col in manifest.columns:
+        skewed = [f"{row.name}: {c.skew[0]} {c.skew[1]}/{c.skew[2]}" for row in manifest.rows
+                  if (c := cells.get(row.name, {}).get(col)) and c.skew and c.skew[1] >= SKEWED_SHARE * c.skew[2]]
+        if skewed:
+            found.append(f"{col} ({', '.join(skewed)})")
+    if not found:
+        return []
+    return ["", f"One answer to at least {SKEWED_SHARE:.0%} of the questions in: {'; '.join(found)}. There the cell "
+                "is that answer's share of the gold answers: the reader does not use what the row gives it."]
+
+
 def paired_lines(manifest: TableManifest, cells: dict[str, dict[str, Cell]]) -> list[str]:
     """Every other row's paired (by question) difference from the ``paired_against`` row, per column, on the
     paper's scale: what tells a reader which of the method's gains this run separates. A row whose run is another
@@ -229,6 +249,7 @@ def markdown(manifest: TableManifest, cells: dict[str, dict[str, Cell]], preset:
         if alike := [c for c in manifest.columns if c in detectable and detectable[c][0] == 0]:
             lines.append(f"Every row has the same outcome on every question of: {', '.join(alike)}; there the run "
                          "tells no two rows apart, whatever their true difference (the 0 above is not a resolution).")
+    lines += skew_lines(manifest, cells)
     lines += paired_lines(manifest, cells)
     if shared := shared_runs(manifest, cells):
         lines += ["", f"Rows run once at `{preset}` (their overrides compose to the same `omnimed-evaluate` config "

@@ -22,7 +22,7 @@ from pathlib import Path
 from omnimed.data.artifacts import atomic_write_text
 from omnimed.evaluation.datasets import dataset_status, known_datasets
 from omnimed.evaluation.runner import FAILED_FILE
-from omnimed.tables.detectable import detectable_difference, question_outcomes
+from omnimed.tables.detectable import answer_skew, detectable_difference, question_outcomes
 from omnimed.tables.manifest import (
     ManifestError,
     PrepareStep,
@@ -53,8 +53,9 @@ class RowPlan:
     alone: dict[str, str] = field(default_factory=dict)
     column_extra: dict[str, list[str]] = field(default_factory=dict)
     pending: dict[str, str] = field(default_factory=dict)  # column -> why it is not run (no loader for its data)
-    # the row's own overrides composed last: at miniature scale the preset hides them, but a row naming an
-    # option that does not exist is wrong at every scale and must fail validation
+    # the row's own overrides composed last, where the preset sets one of the same keys: at miniature scale the
+    # preset hides them, but a row naming an option that does not exist is wrong at every scale and must fail
+    # validation (empty where no key is set twice: then the order changes nothing)
     row_last: list[str] = field(default_factory=list)
     # what the row's runs compute (set by validate(): each run's composed config, less what only names it); a row
     # with the same fingerprint as an earlier one is not run again: it takes that row's cells (``same_as``)
@@ -112,8 +113,10 @@ def plan_rows(manifest: TableManifest, preset: str, extra: list[str] | None = No
                    else [*manifest.presets[preset], *own])
         task = manifest.task_of(row)
         overrides = [f"task={task}", *ordered, *(extra or [])]
+        others = {o.lstrip("+~").split("=", 1)[0] for o in [*manifest.presets[preset], *(extra or [])]}
+        collide = any(o.lstrip("+~").split("=", 1)[0] in others for o in own)  # else the order changes nothing
         plan = RowPlan(row, name, overrides,
-                       row_last=[f"task={task}", *manifest.presets[preset], *(extra or []), *own])
+                       row_last=[f"task={task}", *manifest.presets[preset], *(extra or []), *own] if collide else [])
         for col in manifest.columns:
             key = manifest.datasets[preset][col]
             if key == AVERAGE:
@@ -204,7 +207,7 @@ def validate(plans: list[RowPlan], manifest: TableManifest, *, launcher: str = D
             prints = []
             for folder, datasets, key, extra in runs:
                 texts = []  # the run's own order first: what it computes
-                for ordered in (plan.overrides, plan.row_last):
+                for ordered in (plan.overrides, plan.row_last) if plan.row_last else (plan.overrides,):
                     overrides = (run_overrides(plan, manifest, runs_dir, launcher, key, ordered, folder, extra)
                                  if key else [*ordered, f"{LAUNCHER_GROUP}{launcher}"])
                     if tuple(overrides) not in composed:
@@ -335,7 +338,8 @@ def read_cell(run_dir: Path, manifest: TableManifest, column: str) -> Cell:
         return metrics[name] * s if name in metrics and metrics[name] is not None else None
 
     return Cell(ours=metrics[key] * s, low=scaled(f"{key}_ci_low"), high=scaled(f"{key}_ci_high"),
-                n=metrics.get("n"), status="measured", run_dir=str(run_dir), outcomes=question_outcomes(run_dir, key))
+                n=metrics.get("n"), status="measured", run_dir=str(run_dir), outcomes=question_outcomes(run_dir, key),
+                skew=answer_skew(run_dir) if key == "accuracy" else None)
 
 
 def column_resolution(manifest: TableManifest, cells: dict[str, dict[str, Cell]]) -> Detectable:

@@ -592,9 +592,9 @@ def test_the_chunked_head_gives_the_plain_loss_and_gradients_without_holding_the
     asked: list[tuple[bool, bool]] = []
     original = chunked_head.chunked_cross_entropy
 
-    def spy(*args, need_hidden=False, need_weight=False):
+    def spy(*args, need_hidden=False, need_weight=False, **kwargs):
         asked.append((need_hidden, need_weight))
-        return original(*args, need_hidden=need_hidden, need_weight=need_weight)
+        return original(*args, need_hidden=need_hidden, need_weight=need_weight, **kwargs)
 
     monkeypatch.setattr(chunked_head, "chunked_cross_entropy", spy)
     with torch.no_grad():  # validation: the same loss, no gradient computed
@@ -696,7 +696,7 @@ def test_micro_batches_are_not_used_where_backward_passes_do_not_simply_add_up(t
     assert any("SFT batches only" in p for p in config_problems(cfg))
 
 
-def test_the_validation_loss_is_also_logged_per_group_and_the_groups_average_to_it(tokenizer):
+def test_the_validation_loss_is_also_logged_per_group_and_the_groups_average_to_it(tokenizer, monkeypatch):
     """data.val_group_by: val/loss/<value> is each group's per-token mean, so the groups' means weighted by their
     supervised tokens give val/loss; training batches are as without it."""
     examples = [e.model_copy(update={"metadata": {"kind": "even" if i % 2 == 0 else "odd"}})
@@ -714,6 +714,17 @@ def test_the_validation_loss_is_also_logged_per_group_and_the_groups_average_to_
     mean = sum(float(metrics[f"val/loss/{g}"]) * n for g, n in tokens.items()) / sum(tokens.values())
     assert mean == pytest.approx(float(metrics["val/loss"]), rel=1e-5)
     assert float(metrics["val/loss/even"]) != pytest.approx(float(metrics["val/loss/odd"]))
+    # the chunked head gives every group the same per-token mean, never holding the whole [positions, vocab] logits
+    module.task_cfg = replace(task, head_chunk_positions=5)
+    import omnimed.training.sft as sft_module
+
+    def whole_head(*_args, **_kwargs):
+        raise AssertionError("the whole head's logits were computed under task.head_chunk_positions")
+
+    monkeypatch.setattr(sft_module, "supervised_logits", whole_head)
+    chunked = trainer.validate(module, datamodule=dm, verbose=False)[0]
+    for key in ("val/loss", "val/loss/even", "val/loss/odd"):
+        assert float(chunked[key]) == pytest.approx(float(metrics[key]), rel=1e-6), key
     from omnimed.training.config import TrainConfig, config_problems
 
     cfg = TrainConfig()

@@ -23,24 +23,25 @@ from torch import nn
 
 
 def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int, *,
-                          need_hidden: bool = False, need_weight: bool = False,
+                          need_hidden: bool = False, need_weight: bool = False, per_token: bool = False,
                           ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """``sum_i CE(hidden[i] @ weight.T, targets[i])`` in float32, ``chunk`` positions at a time, and where asked the
-    gradients of that sum with respect to ``hidden`` and ``weight``."""
+    """``sum_i CE(hidden[i] @ weight.T, targets[i])`` in float32, ``chunk`` positions at a time (with ``per_token``
+    each ``CE_i`` instead of their sum), and where asked the gradients of the sum with respect to ``hidden`` and
+    ``weight``."""
     device = hidden.device.type
     # the products run in the dtype the plain head would (autocast's, where it is on); the loss in float32
     compute = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
     grad_hidden = torch.empty_like(hidden) if need_hidden else None
     # the weight's gradient is summed over the chunks in float32
     grad_weight = torch.zeros_like(weight, dtype=torch.float32) if need_weight else None
-    total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+    losses = torch.empty(hidden.size(0), dtype=torch.float32, device=hidden.device)
     w = weight.to(compute)
     with torch.autocast(device, enabled=False):
         for start in range(0, hidden.size(0), chunk):
             h, t = hidden[start:start + chunk].to(compute), targets[start:start + chunk]
             logits = (h @ w.T).float()
             lse = logits.logsumexp(-1)
-            total += (lse - logits.gather(1, t[:, None]).squeeze(1)).sum()
+            losses[start:start + chunk] = lse - logits.gather(1, t[:, None]).squeeze(1)
             if not (need_hidden or need_weight):
                 continue
             probs = logits.sub_(lse[:, None]).exp_()  # d(sum of CE) / d(logits) = softmax - one-hot
@@ -52,7 +53,8 @@ def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: t
                 grad_weight.addmm_(g.T, h)
             elif grad_weight is not None:
                 grad_weight += g.T @ h
-    return total, grad_hidden, None if grad_weight is None else grad_weight.to(weight.dtype)
+    return (losses if per_token else losses.sum()), grad_hidden, (
+        None if grad_weight is None else grad_weight.to(weight.dtype))
 
 
 class ChunkedLinearCrossEntropy(torch.autograd.Function):
@@ -108,6 +110,21 @@ def supervised_loss_sum(model: nn.Module, model_kwargs: Mapping[str, torch.Tenso
                         targets: torch.Tensor, chunk: int) -> torch.Tensor:
     """The float32 cross-entropy summed over the hidden states at ``index`` (into the flattened ``[rows, length]``
     positions) against ``targets``, the head applied ``chunk`` positions at a time."""
+    return _chunked_head_call(model, model_kwargs, index, targets, chunk, per_token=False)
+
+
+def supervised_token_losses(model: nn.Module, model_kwargs: Mapping[str, torch.Tensor], index: torch.Tensor,
+                            targets: torch.Tensor, chunk: int) -> torch.Tensor:
+    """:func:`supervised_loss_sum`'s terms, one float32 cross-entropy per target, without gradients: what a
+    validation loss per group of examples (``data.val_group_by``) adds up."""
+    if torch.is_grad_enabled():
+        raise RuntimeError("supervised_token_losses computes no gradients: call it under torch.no_grad()")
+    return _chunked_head_call(model, model_kwargs, index, targets, chunk, per_token=True)
+
+
+def _chunked_head_call(model: nn.Module, model_kwargs: Mapping[str, torch.Tensor], index: torch.Tensor,
+                       targets: torch.Tensor, chunk: int, *, per_token: bool) -> torch.Tensor:
+    """The model's own forward with its head's forward replaced, for this call, by the chunked loss."""
     head = model.get_output_embeddings()
     if not can_chunk(head):
         raise ValueError(f"task.head_chunk_positions={chunk}: the model's output head is a {type(head).__name__}; "
@@ -121,7 +138,7 @@ def supervised_loss_sum(model: nn.Module, model_kwargs: Mapping[str, torch.Tenso
         if torch.is_grad_enabled():
             produced.append(ChunkedLinearCrossEntropy.apply(selected, weight, targets, chunk))
         else:  # validation: an autograd function would still compute the gradients of inputs that require them
-            produced.append(chunked_cross_entropy(selected, weight, targets, chunk)[0])
+            produced.append(chunked_cross_entropy(selected, weight, targets, chunk, per_token=per_token)[0])
         return produced[-1]
 
     head.forward = chunked_forward
@@ -130,7 +147,7 @@ def supervised_loss_sum(model: nn.Module, model_kwargs: Mapping[str, torch.Tenso
     finally:
         del head.forward
     # the same value, not the same object: DeepSpeed's module hooks hand a head's output on through a function of theirs
-    if len(produced) != 1 or out.shape != () or not torch.equal(out.detach(), produced[0].detach()):
+    if len(produced) != 1 or out.shape != produced[0].shape or not torch.equal(out.detach(), produced[0].detach()):
         raise ValueError(f"task.head_chunk_positions={chunk}: the {type(model).__name__} forward does not return "
                          "its head's output as its logits (it scales or caps them, or calls the head another way); "
                          "set it to null")

@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from omnimed.models.config import ModelConfig
-from omnimed.training.chunked_head import supervised_loss_sum
+from omnimed.training.chunked_head import supervised_loss_sum, supervised_token_losses
 from omnimed.training.config import TaskConfig
 from omnimed.training.data import GROUP
 from omnimed.training.lm_head import supervised_logits
@@ -359,8 +359,11 @@ class SFTModule(L.LightningModule):
         """The batch's loss as :meth:`_loss` gives it, adding each supervised token's loss to its example's group
         (``data.val_group_by``): :meth:`on_validation_epoch_end` logs each group's per-token mean."""
         model_kwargs, index, targets, rows = self._supervised_positions(batch)
-        logits = supervised_logits(self._require_model(), model_kwargs, index)
-        losses = F.cross_entropy(logits.float(), targets, reduction="none")
+        if (chunk := self.task_cfg.head_chunk_positions) is not None:
+            losses = supervised_token_losses(self._require_model(), model_kwargs, index, targets, chunk)
+        else:
+            logits = supervised_logits(self._require_model(), model_kwargs, index)
+            losses = F.cross_entropy(logits.float(), targets, reduction="none")
         groups = batch[GROUP][rows]
         if self._group_sums is None or self._group_counts is None:
             raise RuntimeError("a validation batch carries groups but the datamodule names none (val_groups)")

@@ -343,6 +343,15 @@ def test_reproduce_runs_rows_reports_missing_and_writes_the_table(tmp_path):
     assert cmp.returncode == 0, cmp.stderr[-2000:]
     assert len((tmp_path / "all" / "compare.csv").read_text().splitlines()) == 3
 
+    # the table itself is a run of the same group (job type "table"): every cell's ours and paper as its summary
+    (run_file,) = (out / "runs" / "table1-report").glob("wandb/offline-run-*/run-*.wandb")
+    logged = json.loads(subprocess.run([str(BIN / "wandb"), "leet", "inspect", "--summary", "--json", str(run_file)],
+                                       capture_output=True, text=True, check=True).stdout)
+    assert logged["summary"]["ours/BM25/World"] == pytest.approx(float(rows["BM25"]["ours"]))
+    assert logged["summary"]["paper/Dense/World"] == 80.0 and "ours/GPT-4/World" not in logged["summary"]
+    assert logged["summary"]["table"]["_type"] == "table-file" and logged["summary"]["plot"]["_type"] == "image-file"
+    assert "wandb:" in res.stdout + res.stderr and "table1-report" in res.stdout + res.stderr  # where it is
+
 
 def test_a_run_that_fails_is_shown_in_its_cell_and_fails_the_command(tmp_path):
     """A row that composes but whose run breaks (here: the real-data knowledge base with no real-data folder set)

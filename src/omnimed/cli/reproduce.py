@@ -91,6 +91,19 @@ def main(argv: list[str] | None = None) -> int:
     except ManifestError as exc:
         console.print(f"[red]omnimed-reproduce: {exc}[/red]")
         return 2
+    if paths:  # the table as a run of its W&B group, beside the runs that made it
+        from omnimed.tables.wandb_table import log_table_run, table_logger_settings
+
+        try:
+            settings = table_logger_settings(manifest, args.preset, args.launcher, args.overrides)
+            where = log_table_run(manifest, args.preset, paths["csv"], paths["png"],
+                                  out / "runs" / f"{manifest.table}-report", settings)
+        except Exception as exc:  # the files are written; the failure is not hidden
+            console.print(f"[red]omnimed-reproduce: the table is written ({paths['md']}) but logging it to W&B "
+                          f"failed: {type(exc).__name__}: {exc}[/red]")
+            return 1
+        if where:
+            paths["wandb"] = Path(where)
     counts = manifest.counts()
     measured = sum(c.status == "measured" for row in cells.values() for c in row.values())
     failed = sum(c.status.startswith("failed") for row in cells.values() for c in row.values())

@@ -215,14 +215,21 @@ class SFTModule(L.LightningModule):
         """Summed cross-entropy over the supervised tokens of ``batch``, and their number; with
         ``task.head_chunk_positions``, the head and the loss a chunk of positions at a time
         (:mod:`omnimed.training.chunked_head`)."""
-        chunk = self.task_cfg.head_chunk_positions
         model_kwargs, index, targets, _ = self._supervised_positions(batch)
+        return self._head_loss(model_kwargs, index, targets, "sum"), targets.new_tensor(targets.numel())
+
+    def _head_loss(self, model_kwargs: dict[str, torch.Tensor], index: torch.Tensor, targets: torch.Tensor,
+                   reduction: str) -> torch.Tensor:
+        """The float32 cross-entropy of the hidden states at ``index`` against ``targets``, summed or per token
+        (``reduction``: sum | none; per token only without gradients, for validation): the head on those positions
+        only, or with ``task.head_chunk_positions`` a chunk of them at a time."""
+        chunk, model = self.task_cfg.head_chunk_positions, self._require_model()
         if chunk is None:
-            logits = supervised_logits(self._require_model(), model_kwargs, index)
-            loss_sum = F.cross_entropy(logits.float(), targets, reduction="sum")
-        else:
-            loss_sum = supervised_loss_sum(self._require_model(), model_kwargs, index, targets, chunk)
-        return loss_sum, targets.new_tensor(targets.numel())
+            logits = supervised_logits(model, model_kwargs, index)
+            return F.cross_entropy(logits.float(), targets, reduction=reduction)
+        if reduction == "sum":
+            return supervised_loss_sum(model, model_kwargs, index, targets, chunk)
+        return supervised_token_losses(model, model_kwargs, index, targets, chunk)
 
     @staticmethod
     def _supervised_positions(
@@ -359,11 +366,7 @@ class SFTModule(L.LightningModule):
         """The batch's loss as :meth:`_loss` gives it, adding each supervised token's loss to its example's group
         (``data.val_group_by``): :meth:`on_validation_epoch_end` logs each group's per-token mean."""
         model_kwargs, index, targets, rows = self._supervised_positions(batch)
-        if (chunk := self.task_cfg.head_chunk_positions) is not None:
-            losses = supervised_token_losses(self._require_model(), model_kwargs, index, targets, chunk)
-        else:
-            logits = supervised_logits(self._require_model(), model_kwargs, index)
-            losses = F.cross_entropy(logits.float(), targets, reduction="none")
+        losses = self._head_loss(model_kwargs, index, targets, "none")
         groups = batch[GROUP][rows]
         if self._group_sums is None or self._group_counts is None:
             raise RuntimeError("a validation batch carries groups but the datamodule names none (val_groups)")

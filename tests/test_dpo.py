@@ -352,7 +352,7 @@ def test_an_overfit_run_through_the_engine_raises_reward_accuracy(tmp_path):
 def test_the_planner_studies_search_keys_their_runs_have(study, task, searched):
     """`-m hparams_search=planner|planner_dpo`: the planner's miniature preset plus a search space for Hydra's
     Optuna sweeper, the trials in a W&B group of their own. Every searched key is one the run config has, so a
-    trial's value changes the run (the sweeper's trials themselves run in test_train_cli's critic study)."""
+    trial's value changes the run (the sweeper's trials themselves run in test_train_sweeps's critic study)."""
     from omegaconf import OmegaConf
 
     cfg = _compose(f"hparams_search={study}")

@@ -1,7 +1,9 @@
 """`omnimed-train` end to end on the tiny model: config errors at compose time (and task names of the wrong app
 before it), a run that writes everything a researcher relies on (checkpoint, HF export, metrics.json, W&B offline
 run with the logged losses, group, job type and tags), config and versions of a run that crashes, resuming after
-SIGKILL to the same weights, the alternative loggers, the debug presets and a local joblib sweep."""
+SIGKILL to the same weights, continuing a finished run, the alternative loggers and the debug presets. The
+distributed strategies are in ``test_train_distributed.py``, sweeps and ``omnimed-compare`` in
+``test_train_sweeps.py``."""
 
 from __future__ import annotations
 
@@ -16,58 +18,35 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
-from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from safetensors.torch import load_file
+from train_runs import BIN, REPO, TINY, compose_train, train
 
 from omnimed.cli.common import check_task_choice, conf_dir, task_catalog
-from omnimed.training.config import register_train_configs
-
-BIN = Path(sys.executable).parent
-REPO = Path(__file__).resolve().parents[1]
-TINY = ["model=tiny-llama", "data=world_tiny", "trainer.checkpoint_every_n_steps=4", "trainer.val_check_interval=4", "trainer.max_epochs=-1"]
-
-
-def train(tmp: Path, *overrides: str, timeout: int = 300, check: bool = True) -> subprocess.CompletedProcess:
-    env = {**os.environ, "WANDB_MODE": "offline"}
-    res = subprocess.run(
-        [str(BIN / "omnimed-train"), f"paths.root={tmp}", f"hydra.run.dir={tmp}/hydra_run", *overrides],
-        cwd=tmp, capture_output=True, text=True, timeout=timeout, env=env,
-    )
-    if check:
-        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    return res
 
 
 # ------------------------------------------------------------------------------------------- composition
-def _compose(*overrides: str):
-    register_train_configs()
-    with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
-        return compose("train", overrides=list(overrides))
-
-
 def test_default_config_composes_to_the_main_job():
-    cfg = _compose()
+    cfg = compose_train()
     assert cfg.model.name == "smollm2-135m" and cfg.model.lora.enabled
     assert cfg.data.source == "world" and cfg.strategy.name == "cpu" and cfg.logger.name == "wandb"
 
 
 def test_wrong_key_and_type_fail_at_compose_time_naming_the_key():
     with pytest.raises(ConfigCompositionException) as info:
-        _compose("task.lrr=1")
+        compose_train("task.lrr=1")
     assert "lrr" in str(info.value.__cause__ or info.value)
     with pytest.raises(ConfigCompositionException) as info:
-        _compose("task.lr=fast")
+        compose_train("task.lr=fast")
     assert "task.lr" in str(info.value.__cause__)
 
 
 def test_unknown_group_option_lists_the_choices():
     with pytest.raises(MissingConfigException) as info:
-        _compose("model=gpt-9")
+        compose_train("model=gpt-9")
     assert "smollm2-135m" in str(info.value) and "tiny-llama" in str(info.value)
     with pytest.raises(MissingConfigException) as info:
-        _compose("strategy=magic")
+        compose_train("strategy=magic")
     assert "deepspeed_zero3" in str(info.value)
 
 
@@ -380,165 +359,10 @@ def test_profiler_preset_writes_its_report(tmp_path):
     assert "profiler report" in res.stdout + res.stderr
 
 
-def test_joblib_sweep_runs_both_jobs(tmp_path):
-    """-m with the joblib launcher: two jobs in parallel, each with its metrics.json and its own checkpoint folder
-    (their default run names carry the job number and a key of the job's config, never the clock)."""
-    res = subprocess.run(
-        [str(BIN / "omnimed-train"), "-m", f"paths.root={tmp_path}", f"hydra.sweep.dir={tmp_path}/sweep",
-         "model=tiny-llama", "data=world_tiny", "trainer.max_steps=2", "logger=csv",
-         "task.lr=1e-3,3e-3", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "WANDB_MODE": "offline"},
-    )
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    # one folder per job, <num>_<overrides>, even though paths.root=/... puts slashes among the overrides
-    metrics = sorted((tmp_path / "sweep").rglob("metrics.json"))
-    assert [m.parent.parent for m in metrics] == [tmp_path / "sweep"] * 2
-    assert [m.parent.name[:2] for m in metrics] == ["0_", "1_"] and "task.lr=0.001" in metrics[0].parent.name
-    assert all(json.loads(m.read_text())["train/steps"] == 2 for m in metrics)
-    # deterministic names, <model>_<data>_s<seed>_j<NNN>_<values given>_<config key>: they sort in job order and
-    # say what each job trained with
-    runs = sorted((tmp_path / "checkpoints" / "sft").iterdir())
-    names = [re.fullmatch(r"tiny-llama_world_tiny_s0_j(\d{3})_max-steps2_(lr[0-9.]+)_[0-9a-f]{8}", r.name) for r in runs]
-    assert all(names), [r.name for r in runs]
-    assert [(m[1], m[2]) for m in names] == [("000", "lr0.001"), ("001", "lr0.003")]
-    assert all((r / "hf").is_dir() for r in runs)
-
-
-def test_an_optuna_study_runs_its_trials_in_a_group_of_its_own(tmp_path):
-    """`-m hparams_search=critic`: the critic's preset plus a search space for Hydra's Optuna sweeper; each trial
-    is one run under its own name, Optuna minimises the val/loss each returns, and the trials share the W&B group
-    `optuna-critic` rather than landing among every SFT run."""
-    cfg = _compose("hparams_search=critic")
-    assert cfg.logger.group == "optuna-critic" and cfg.run_name is None and cfg.task.name == "critic"
-    res = subprocess.run(
-        [str(BIN / "omnimed-train"), "-m", "hparams_search=critic", "hydra.sweeper.n_trials=2", "task=sft",
-         "model=tiny-llama", "data=world_tiny", "trainer.max_steps=2", "logger=csv", f"paths.root={tmp_path}",
-         f"hydra.sweep.dir={tmp_path}/sweep"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "WANDB_MODE": "offline"},
-    )
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    metrics = [json.loads(m.read_text()) for m in sorted((tmp_path / "sweep").rglob("metrics.json"))]
-    assert len(metrics) == 2 and all(m["train/steps"] == 2 and "val/loss" in m for m in metrics)
-    best = yaml.safe_load((tmp_path / "sweep" / "optimization_results.yaml").read_text())
-    assert best["best_value"] == pytest.approx(min(m["val/loss"] for m in metrics), rel=1e-4)
-    assert set(best["best_params"]) == {"task.lr", "task.warmup_ratio", "model.lora.r"}
-    assert len(list((tmp_path / "checkpoints" / "sft").iterdir())) == 2  # one run per trial, none refused
-
-
 def test_fast_dev_run_preset_touches_no_checkpoint(tmp_path):
     res = train(tmp_path, *TINY, "debug=fast_dev_run", "logger=none", "run_name=dev")
     assert "omnimed-train: done" in res.stderr + res.stdout
     assert not (tmp_path / "checkpoints" / "sft" / "dev" / "hf").exists()
-
-
-# ------------------------------------------------------------------------------------------- ZeRO-3 on CPU
-ZERO3 = ["model=tiny-llama", "data=world_tiny", "trainer.accelerator=cpu",
-         "trainer.devices=2", "trainer.max_steps=4", "trainer.max_epochs=-1", "trainer.val_check_interval=null",
-         "logger=csv", "task.lr=1e-2"]
-
-
-def _zero3_train(tmp: Path, *overrides: str, strategy: str = "deepspeed_zero3") -> Path:
-    old = os.environ.get("DS_ACCELERATOR")
-    os.environ["DS_ACCELERATOR"] = "cpu"  # DeepSpeed without CUDA: its CPU accelerator, gloo between the 2 ranks
-    try:
-        train(tmp, *ZERO3, f"strategy={strategy}", *overrides, timeout=600)
-    finally:
-        os.environ.pop("DS_ACCELERATOR") if old is None else os.environ.__setitem__("DS_ACCELERATOR", old)
-    return tmp / "checkpoints" / "sft" / overrides[-1].removeprefix("run_name=")
-
-
-@pytest.mark.multiprocess
-@pytest.mark.parametrize("strategy", ["deepspeed_zero3", "deepspeed_zero3_offload"])
-def test_zero3_cli_two_processes_full_finetune_exports_a_plain_hf_model(tmp_path, strategy):
-    """The users' GPU code path (Lightning DeepSpeedStrategy, ZeRO-3 sharding inside configure_model) on 2 CPU
-    ranks: both ranks save a shard, the shards consolidate, and the HF export holds exactly the trained weights.
-    The offload preset (optimizer state and parameters on the CPU) trains with DeepSpeed's CPU AdamW."""
-    from transformers import AutoModelForCausalLM
-
-    from omnimed.models.config import ModelConfig
-    from omnimed.models.loading import load_causal_lm
-    from omnimed.training.export import consolidate_checkpoint
-
-    run = _zero3_train(tmp_path, "model.lora.enabled=false", "run_name=z3full", strategy=strategy)
-    shards = sorted((run / "lightning" / "last.ckpt").rglob("*model_states.pt"))
-    assert len(shards) == 2, shards  # one ZeRO partition per rank
-    exported = AutoModelForCausalLM.from_pretrained(run / "hf")
-    trained = consolidate_checkpoint(run / "lightning" / "last.ckpt")
-    for key, value in exported.state_dict().items():
-        if key in trained:
-            torch.testing.assert_close(value, trained[key], rtol=0, atol=0, msg=key)
-    initial = load_causal_lm(ModelConfig(name="tiny-llama", source="tiny", name_or_path="tiny-llama"),
-                             for_training=False)
-    moved = [k for k, v in initial.state_dict().items() if not torch.equal(v, exported.state_dict()[k])]
-    assert moved, "the exported model equals the untrained one"
-
-
-@pytest.mark.multiprocess
-def test_fsdp2_cli_two_processes_exports_the_trained_adapter(tmp_path):
-    """FSDP2 (Lightning's ModelParallelStrategy) on 2 CPU ranks through ``omnimed-train``: training ends with the
-    parameters sharded, so the export is rebuilt from the distributed checkpoint the ranks saved, and its adapter
-    holds exactly the trained weights (it failed with "parameter ... is sharded" before)."""
-    from omnimed.models.exported import load_exported
-    from omnimed.training.export import consolidate_checkpoint
-
-    train(tmp_path, *ZERO3, "strategy=fsdp2", "run_name=fsdp2lora", timeout=600)
-    run = tmp_path / "checkpoints" / "sft" / "fsdp2lora"
-    assert len(list((run / "lightning" / "last.ckpt").glob("*.distcp"))) == 2  # one shard file per rank
-    trained = consolidate_checkpoint(run / "lightning" / "last.ckpt")
-    adapter = load_file(run / "hf" / "adapter" / "adapter_model.safetensors")
-    assert adapter and any(v.abs().sum() > 0 for k, v in adapter.items() if "lora_B" in k)  # B starts at 0
-    for key, value in adapter.items():
-        own = re.sub(r"\.(lora_[AB])\.weight$", r".\1.default.weight", key)  # PEFT names the adapter in the model
-        torch.testing.assert_close(value, trained[own], rtol=0, atol=0, msg=key)
-    model, _ = load_exported(run / "hf")
-    assert torch.isfinite(model(input_ids=torch.tensor([[1, 2, 3]])).logits).all()
-
-
-@pytest.mark.multiprocess
-def test_ddp_and_fsdp2_micro_batches_train_the_weights_of_whole_batches(tmp_path):
-    """`task.micro_batch_tokens` on 2 CPU processes: under DDP the chunks' gradients add up and are all-reduced
-    once, under FSDP2 they add up unsharded (sync off) and the last chunk's backward reduce-scatters the sum; so 4
-    steps end at the whole batches' adapter (dropout off: its masks are drawn per forward pass)."""
-    runs = {}
-    for strategy, budget in (("ddp", "null"), ("ddp", "96"), ("fsdp2", "96")):
-        name = f"mb{budget}" if strategy == "ddp" else f"{strategy}{budget}"
-        res = train(tmp_path, *ZERO3, f"strategy={strategy}", "model.lora.dropout=0",
-                    f"task.micro_batch_tokens={budget}", "trainer.num_threads=1", f"hydra.run.dir={tmp_path}/run{name}",
-                    f"run_name={name}", timeout=600)
-        assert "micro_batch_tokens" not in res.stdout + res.stderr  # no "not used with <strategy>" warning
-        runs[strategy, budget] = load_file(tmp_path / "checkpoints" / "sft" / name / "hf" / "adapter"
-                                           / "adapter_model.safetensors")
-    whole = runs["ddp", "null"]
-    assert any(v.abs().max() > 1e-3 for k, v in whole.items() if "lora_B" in k)  # it trained
-    for run in (("ddp", "96"), ("fsdp2", "96")):
-        assert runs[run].keys() == whole.keys()
-        for key, value in whole.items():
-            torch.testing.assert_close(runs[run][key], value, rtol=0, atol=1e-5, msg=f"{run}: {key}")
-    # the run's token count is both processes' (the steps' logged counts are summed over ranks; it was rank 0's)
-    import csv
-
-    steps = [r for r in csv.DictReader((tmp_path / "runmbnull" / "csv" / "mbnull" / "metrics.csv").open())
-             if r.get("train/tokens")]
-    metrics = json.loads((tmp_path / "runmbnull" / "metrics.json").read_text())
-    assert len(steps) == 4 and metrics["train/tokens"] == sum(float(r["train/tokens"]) for r in steps)
-
-
-@pytest.mark.multiprocess
-def test_zero3_cli_lora_with_added_tokens_exports_a_loadable_adapter(tmp_path):
-    """LoRA + new special tokens under ZeRO-3 on CPU: embeddings grow inside zero.Init, the new rows train, and the
-    exported adapter reloads with its tokenizer and emits the new token ids."""
-    from omnimed.models.exported import load_exported
-
-    run = _zero3_train(tmp_path, 'model.special_tokens=["<ret>","<rel>"]', "run_name=z3lora")
-    model, tokenizer = load_exported(run / "hf")
-    ids = tokenizer.convert_tokens_to_ids(["<ret>", "<rel>"])
-    assert all(i >= 0 and i != tokenizer.unk_token_id for i in ids)
-    assert tokenizer.decode(ids, skip_special_tokens=False).replace(" ", "") == "<ret><rel>"
-    adapter = load_file(run / "hf" / "adapter" / "adapter_model.safetensors")
-    deltas = [v for k, v in adapter.items() if "trainable_tokens" in k]
-    assert deltas and deltas[0].shape[0] == 2  # exactly the two new rows train, not the whole vocabulary
-    logits = model(input_ids=torch.tensor([ids])).logits
-    assert logits.shape[-1] >= max(ids) + 1 and torch.isfinite(logits).all()
 
 
 def test_continuing_a_finished_run_matches_one_longer_run(tmp_path):
@@ -557,51 +381,3 @@ def test_continuing_a_finished_run_matches_one_longer_run(tmp_path):
     a, b = _adapter(tmp_path / "checkpoints" / "sft" / "long"), _adapter(tmp_path / "checkpoints" / "sft" / "cont")
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-6, msg=k)
-
-
-def test_sweep_folder_names_are_one_safe_level_of_bounded_length():
-    from omnimed.conf import SUBDIR_MAX, dir_safe
-
-    assert dir_safe("model=tiny-llama,paths.root=/tmp/x/y") == "model=tiny-llama,paths.root=_tmp_x_y"
-    a, b = dir_safe("k=" + "a" * 300 + "1"), dir_safe("k=" + "a" * 300 + "2")
-    assert len(a) == len(b) == SUBDIR_MAX and a != b  # cut, but two jobs never share a folder
-
-
-def test_a_trials_run_name_shows_its_floats_to_four_digits():
-    """An Optuna trial's values in its run name: 4 significant digits, not Python's 17."""
-    from omnimed.training.engine import swept_values
-
-    assert swept_values(["task.lr=0.0008558894657793092", "task.warmup_ratio=0.0715189366", "model.lora.r=8",
-                         "trainer.max_steps=2", "task.lr=0.001", "paths.root=/x"]) == [
-        "lr0.0008559", "warmup-ratio0.07152", "r8", "max-steps2", "lr0.001"]
-
-
-def test_compare_draws_loss_curves_shows_swept_values_sorted_and_aggregates_seeds(tmp_path):
-    """omnimed-compare on three tiny runs (two seeds of one setting, one of another): the swept value as a column,
-    rows sorted by val/loss, the seeds of one setting as one row with its mean and 95% interval, and loss curves
-    from the runs' logged histories (W&B offline) drawn against the step."""
-    for seed, lr in ((0, "1e-3"), (1, "1e-3"), (0, "3e-3")):
-        name = f"tiny_s{seed}_lr{lr}"
-        train(tmp_path, "model=tiny-llama", "data=world_tiny", "trainer.max_steps=4", "trainer.val_check_interval=2",
-              f"seed={seed}", f"task.lr={lr}", f"run_name={name}", f"hydra.run.dir={tmp_path}/runs/{name}")
-    out = tmp_path / "cmp"
-    res = subprocess.run([str(BIN / "omnimed-compare"), str(tmp_path / "runs"), "--params", "task.lr",
-                          "--sort", "val/loss", "--metrics", "val/loss", "--out", str(out)],
-                         capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr[-2000:]
-    import csv
-
-    rows = list(csv.DictReader((out / "compare.csv").open()))
-    losses = [float(r["val/loss"]) for r in rows]
-    assert losses == sorted(losses) and len(rows) == 3 and {r["task.lr"] for r in rows} == {"0.001", "0.003"}
-    assert (out / "compare_curves.png").read_bytes()[:4] == b"\x89PNG"
-    res = subprocess.run([str(BIN / "omnimed-compare"), str(tmp_path / "runs"), "--seeds", "--metrics", "val/loss",
-                          "--out", str(out)], capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr[-2000:]
-    rows = {r["run"]: r for r in csv.DictReader((out / "compare.csv").open())}
-    pair = rows["tiny_lr1e-3 (2 seeds)"]
-    seeds = [json.loads((tmp_path / "runs" / name / "metrics.json").read_text())["val/loss"]
-             for name in ("tiny_s0_lr1e-3", "tiny_s1_lr1e-3")]
-    assert float(pair["val/loss"]) == pytest.approx(sum(seeds) / 2, rel=1e-6)
-    assert float(pair["val/loss/ci95"]) == pytest.approx(12.706 * abs(seeds[0] - seeds[1]) / 2, rel=1e-3)
-    assert "tiny_s0_lr3e-3" in rows  # a setting with one seed stays as it was

@@ -124,10 +124,10 @@ def test_the_train_bench_gives_each_side_liger_kernels_its_own_way_and_only_on_a
             TrainBenchConfig(**{flag: True}).validate()
 
 
-def test_the_chunked_lm_head_reaches_our_sft_task_and_is_refused_by_the_dpo_bench() -> None:
+def test_the_chunked_lm_head_reaches_our_sft_and_dpo_tasks_and_full_fine_tuning_dpo_refuses_it() -> None:
     from omnimed.bench.dpo_config import DPOBenchConfig
     from omnimed.bench.train_config import task_config
-    from omnimed.cli.bench import _parser
+    from omnimed.cli.bench import _parser, _side_by_side_fields
     from omnimed.conf import load_option
     from omnimed.training.config import TaskConfig
 
@@ -138,8 +138,12 @@ def test_the_chunked_lm_head_reaches_our_sft_task_and_is_refused_by_the_dpo_benc
     assert (default.head_chunk_positions, default.micro_batch_tokens) == (sft.head_chunk_positions,
                                                                           sft.micro_batch_tokens) == (1024, 320)
     assert _parser().parse_args(["train", "--head-chunk", "0"]).head_chunk == 0  # run_train: 0 -> the whole head
-    with pytest.raises(ValueError, match="head_chunk_positions"):
-        DPOBenchConfig(head_chunk_positions=512).validate()
+    dpo = _parser().parse_args(["dpo", "--head-chunk", "64"])
+    assert DPOBenchConfig(**_side_by_side_fields(dpo)).head_chunk_positions == 64
+    assert DPOBenchConfig(**_side_by_side_fields(_parser().parse_args(["dpo"]))).head_chunk_positions is None
+    assert task_config(DPOBenchConfig(head_chunk_positions=64)).head_chunk_positions == 64
+    with pytest.raises(ValueError, match="head_chunk_positions.*LoRA"):  # full fine-tuning trains the head
+        DPOBenchConfig(head_chunk_positions=512, lora_r=0).validate()
 
 
 @pytest.mark.timeout(240)

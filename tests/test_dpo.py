@@ -70,13 +70,14 @@ def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
 
 
-@pytest.mark.parametrize("reference", ["lora_adapter_disabled", "frozen_copy"])
+@pytest.mark.parametrize("reference", ["lora_adapter_disabled", "frozen_copy", "lora_chunked_head"])
 def test_loss_and_gradient_equal_trl_dpo_trainer(tokenizer, tmp_path, reference):
     """Our DPO loss, its gradient w.r.t. every trainable parameter, and the reward statistics equal TRL 1.16's
     `DPOTrainer.compute_loss` (loss_type sigmoid, beta 0.1) to 1e-5, on the same two pairs, model and reference:
     the reference is the policy with its LoRA adapter disabled (TRL given a base model and a `peft_config`) or a
     frozen copy of the full model (ours loads its own from the config, TRL is given one). The trainable weights
-    are perturbed first so that the policy differs from the reference.
+    are perturbed first so that the policy differs from the reference. ``lora_chunked_head``: the LoRA case with
+    ``task.head_chunk_positions`` (each token's log-prob a few positions at a time, no whole logits).
 
     What is compared: both losses are computed on *our* batch (our data module's tokenization and collator: chosen
     rows then rejected rows), given to TRL as `input_ids`, `attention_mask` and `completion_mask` = our labels !=
@@ -89,8 +90,8 @@ def test_loss_and_gradient_equal_trl_dpo_trainer(tokenizer, tmp_path, reference)
 
     from omnimed.models.lora import build_lora_config
 
-    lora = reference == "lora_adapter_disabled"
-    task = TaskConfig(max_length=256, beta=0.1)
+    lora = reference != "frozen_copy"
+    task = TaskConfig(max_length=256, beta=0.1, head_chunk_positions=5 if reference == "lora_chunked_head" else None)
     pairs = [PreferencePair(id=str(i), **p) for i, p in enumerate(TRL_PAIRS)]
     dm = DPODataModule(pairs, tokenizer, DataConfig(batch_size=2, val_fraction=0.0), task)
     dm.setup("fit")
@@ -192,6 +193,46 @@ def test_a_shared_prompt_scores_each_pair_as_its_two_rows_do(tokenizer):
     torch.testing.assert_close(shared_logps, logps, rtol=0, atol=1e-4)
     assert abs(shared_loss - loss) < 1e-6 and abs(loss - math.log(2)) > 1e-3
     assert max((shared_grads[n] - grads[n]).abs().max().item() for n in grads) < 1e-6
+
+
+def test_the_chunked_head_scores_pairs_as_the_whole_head_does_without_holding_its_logits(tokenizer):
+    """task.head_chunk_positions under DPO (LoRA): the policy's and the reference's sequence log-probs, the loss
+    and the gradient of every trained weight equal the whole head's, and no [positions, vocab] tensor is kept for
+    backward. A head that trains (full fine-tuning) is refused, naming the key."""
+    task = TaskConfig(max_length=256)
+    dm = DPODataModule(plan_pairs(3), tokenizer, DataConfig(batch_size=3, val_fraction=0.0), task)
+    dm.setup("fit")
+    batch = dm.collator()([dm.train_dataset[i] for i in range(3)])
+    torch.manual_seed(0)
+    module = DPOModule(TINY_LORA, task, tokenizer)
+    module.configure_model()
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in module.model.parameters():
+            if p.requires_grad:
+                p.add_(torch.randn(p.shape, generator=gen) * 0.1)
+    vocab = module.model.get_output_embeddings().weight.size(0)
+    out = {}
+    for chunk in (None, 4):
+        module.task_cfg = replace(task, head_chunk_positions=chunk)
+        module.model.zero_grad()
+        saved: list[torch.Size] = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.shape) or t, lambda t: t):
+            loss, stats = module.pair_loss(batch)
+        loss.backward()
+        out[chunk] = loss.item(), _grads(module.model), module.reference_log_probs(batch), saved
+    (loss, grads, ref, whole_saved), (c_loss, c_grads, c_ref, c_saved) = out[None], out[4]
+    assert int((batch["labels"] != IGNORE_INDEX).sum()) > 4  # several chunks
+    assert abs(c_loss - loss) < 1e-6 and abs(loss - math.log(2)) > 1e-3
+    torch.testing.assert_close(c_ref, ref, rtol=1e-6, atol=1e-5)  # sums of about -100
+    assert max((c_grads[n] - grads[n]).abs().max().item() for n in grads) < 1e-6
+    assert any(len(s) == 2 and s[1] == vocab for s in whole_saved)  # the whole head keeps its logits ...
+    assert not [s for s in c_saved if len(s) == 2 and s[1] == vocab and s[0] > 4]  # ... the chunked one none
+
+    full = DPOModule(TINY, replace(task, head_chunk_positions=4), tokenizer)
+    full.configure_model()
+    with pytest.raises(ValueError, match=r"task.head_chunk_positions=4 .* needs the output head frozen"):
+        full.pair_loss(batch)
 
 
 # ----------------------------------------------------------------------------------------------- data
@@ -398,11 +439,14 @@ def test_planner_presets_compose_with_the_papers_settings():
 # ----------------------------------------------------------------------------------------------- ZeRO-3
 @pytest.mark.multiprocess
 @pytest.mark.slow
-@pytest.mark.parametrize("precompute", [False, True], ids=["reference_every_step", "precomputed_reference"])
+@pytest.mark.parametrize("precompute", [False, True], ids=["reference_every_step_chunked_head",
+                                                          "precomputed_reference"])
 def test_zero3_two_processes_lora_dpo_trains_and_exports(tmp_path, precompute):
     """`omnimed-train task=planner_dpo strategy=deepspeed_zero3` on 2 CPU processes (DeepSpeed's CPU accelerator,
     gloo), LoRA on tiny-llama: a few steps with a finite loss, validation, and a loadable export. Precomputed, each
-    rank scores half of the pairs and the halves are all-gathered. The step-0 loss is log 2 either way: it was not
+    rank scores half of the pairs and the halves are all-gathered; computed every step, the policy and the reference
+    score their tokens through the chunked head (task.head_chunk_positions), the head gathered by ZeRO-3 inside its
+    call. The step-0 loss is log 2 either way: it was not
     before `omnimed.models.lora` re-initialised the adapters that zero.Init partitions (B kept nn.Linear's random
     init, so the policy did not start as its reference)."""
     from omnimed.models.exported import load_exported
@@ -415,7 +459,8 @@ def test_zero3_two_processes_lora_dpo_trains_and_exports(tmp_path, precompute):
          "data.record_kind=preference", f"data.path={data}", "data.batch_size=2", "data.val_fraction=0.34",
          "task.max_length=128", "task.lr=1e-2", f"task.precompute_ref_log_probs={precompute}",
          "strategy=deepspeed_zero3", "trainer.accelerator=cpu", "trainer.devices=2", "trainer.max_steps=3",
-         "trainer.max_epochs=-1", "trainer.val_check_interval=3", "logger=csv", "run_name=z3dpo"],
+         "trainer.max_epochs=-1", "trainer.val_check_interval=3", "logger=csv", "run_name=z3dpo",
+         *([] if precompute else ["task.head_chunk_positions=16"])],
         check=False, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env,
     )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]

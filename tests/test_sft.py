@@ -638,8 +638,10 @@ def test_the_chunked_head_refuses_a_head_it_cannot_apply(tokenizer):
     cfg = TrainConfig()
     cfg.task.head_chunk_positions = 0
     assert any("task.head_chunk_positions=0: expected null or a number" in p for p in config_problems(cfg))
-    cfg.task.head_chunk_positions, cfg.task.objective = 1024, "dpo"
-    assert any("the chunked head computes the SFT loss" in p for p in config_problems(cfg))
+    cfg.task.head_chunk_positions, cfg.task.objective = 1024, "distill"
+    assert any("an embedder has no LM head" in p for p in config_problems(cfg))
+    cfg.task.objective = "dpo"  # DPO's token log-probs are chunked too
+    assert not any("head_chunk_positions" in p for p in config_problems(cfg))
 
 
 def test_micro_batches_cover_every_row_once_within_the_budget():

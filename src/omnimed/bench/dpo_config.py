@@ -32,7 +32,7 @@ class DPOBenchConfig(TrainBenchConfig):
     target_ratio: float = 1.3
     target_peak_rss_mb: float | None = None  # the DPO goal is "no higher than TRL's"
     micro_batch_tokens: int | None = None  # DPO scores each batch of pairs whole
-    head_chunk_positions: int | None = None  # the chunked LM head computes the SFT loss only
+    head_chunk_positions: int | None = None  # our token log-probs a chunk of positions at a time (LoRA only)
 
     def validate(self) -> None:
         super().validate()
@@ -42,9 +42,9 @@ class DPOBenchConfig(TrainBenchConfig):
             raise ValueError("omnimed-bench dpo feeds TRL our batches (trl_order='matched') only")
         if self.micro_batch_tokens is not None:
             raise ValueError("omnimed-bench dpo scores each batch of pairs whole (micro_batch_tokens=None)")
-        if self.head_chunk_positions is not None:
-            raise ValueError("omnimed-bench dpo: the chunked LM head computes the SFT loss only (head_chunk_positions"
-                             "=None)")
+        if self.head_chunk_positions is not None and not self.lora_r:
+            raise ValueError("omnimed-bench dpo: the chunked LM head (head_chunk_positions) needs the head frozen, "
+                             "i.e. LoRA (lora_r > 0); full fine-tuning trains it")
         if self.beta <= 0 or (self.pairs is not None and self.pairs < 1):
             raise ValueError(f"beta > 0 and pairs >= 1 are needed, got beta={self.beta}, pairs={self.pairs}")
 

@@ -3,9 +3,9 @@
     omnimed-bench train [--steps 20 --warmup 3 --batch-size 4 --max-length 256 --threads 2 --packing/--no-packing
                          --repeats 1 --trl-order matched|native --micro-batch-tokens 320 --lora-r 16 --profile-step K
                          --accelerator cpu|cuda --precision 32-true|bf16-mixed --strategy single|deepspeed_zero3
-                         --lean-mlp/--no-lean-mlp --out outputs/bench/train.json]
+                         --head-chunk 1024 --lean-mlp/--no-lean-mlp --out outputs/bench/train.json]
     omnimed-bench dpo [--steps 10 --warmup 2 --batch-size 4 --max-length 256 --threads 2 --repeats 3 --pairs N
-                       --beta 0.1 --model smollm2-135m --sides ours trl --out outputs/bench/dpo.json]
+                       --beta 0.1 --model smollm2-135m --sides ours trl --head-chunk 0 --out outputs/bench/dpo.json]
     omnimed-bench world [--size large --seed 0]
     omnimed-bench retrieval [--corpora world,realdata --world-size large --queries 1000 --reference-queries 20
                              --threads 1 --seed 0 --cache indexes/embeddings --out outputs/bench/retrieval.json]
@@ -81,6 +81,9 @@ def _add_side_by_side_args(parser: argparse.ArgumentParser, d: Any, models: Sequ
                         help="bf16-mixed: TRL gets bf16=True (needs --accelerator cuda)")
     parser.add_argument("--strategy", choices=STRATEGIES, default=d.strategy,
                         help="deepspeed_zero3: conf/strategy/deepspeed_zero3.yaml for both sides (fp32 on CPU)")
+    parser.add_argument("--head-chunk", type=int, default=d.head_chunk_positions or 0, metavar="POSITIONS",
+                        help="ours: task.head_chunk_positions (the LM head and its loss, or DPO's token log-probs, "
+                             "this many positions at a time, no whole logits held; 0: the whole head at once)")
 
 
 def _side_by_side_fields(args: argparse.Namespace) -> dict[str, Any]:
@@ -89,7 +92,8 @@ def _side_by_side_fields(args: argparse.Namespace) -> dict[str, Any]:
             "warmup": args.warmup, "batch_size": args.batch_size, "max_length": args.max_length,
             "threads": args.threads, "lr": args.lr, "seed": args.seed,
             "world_size": args.world_size, "repeats": args.repeats, "sides": list(args.sides),
-            "accelerator": args.accelerator, "precision": args.precision, "strategy": args.strategy}
+            "accelerator": args.accelerator, "precision": args.precision, "strategy": args.strategy,
+            "head_chunk_positions": args.head_chunk or None}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -109,9 +113,6 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--micro-batch-tokens", type=int, default=d.micro_batch_tokens,
                        help="ours: task.micro_batch_tokens (a longer batch runs as chunks of rows in one step; 0: "
                             "whole batches)")
-    train.add_argument("--head-chunk", type=int, default=d.head_chunk_positions, metavar="POSITIONS",
-                       help="ours: task.head_chunk_positions (the LM head and its loss this many positions at a time, "
-                            "no whole logits held; 0: the whole head at once)")
     train.add_argument("--lean-mlp", action=argparse.BooleanOptionalAction, default=d.lean_mlp,
                        help="ours: model.lean_mlp (the MLP's activation and product recomputed in backward)")
     train.add_argument("--fused-kernels", action=argparse.BooleanOptionalAction, default=d.fused_kernels,
@@ -327,7 +328,6 @@ def run_train(args: argparse.Namespace, out_console: Console | None = None) -> d
 
     cfg = TrainBenchConfig(**_side_by_side_fields(args), packing=args.packing, max_examples=args.max_examples,
                            trl_order=args.trl_order, micro_batch_tokens=args.micro_batch_tokens or None,
-                           head_chunk_positions=args.head_chunk or None,
                            lean_mlp=args.lean_mlp, fused_kernels=args.fused_kernels, trl_liger=args.trl_liger)
     cons = out_console or console
     cons.print(f"benchmarking {', '.join(cfg.sides)} ({cfg.repeats} repeat(s)); each side runs in its own process")

@@ -116,7 +116,8 @@ def dpo_table(result: dict[str, Any]) -> Table:
     table = sides_table(result, (
         f"omnimed-bench dpo: {cfg['model']} {_training(cfg)}, beta {cfg['beta']}, {cfg['batch_size']} pairs "
         f"per step ({2 * cfg['batch_size']} rows), max_length {cfg['max_length']}, {cfg['threads']} threads, "
-        f"W={cfg['warmup']} N={cfg['steps']}, {cfg['repeats']} repeat(s), TRL reads our batches"
+        f"W={cfg['warmup']} N={cfg['steps']}, {cfg['repeats']} repeat(s), TRL reads our batches, our LM head "
+        f"{cfg.get('head_chunk_positions') or 'whole'}"
     ))
     table.add_section()
     table.add_row("pairs (mean tokens, chosen + rejected)", f"{data['pairs']} ({fmt(data['mean_pair_tokens'])})", "")

@@ -11,11 +11,15 @@ cross-entropy.
 
 :func:`supervised_loss_sum` runs the model's own forward (so DeepSpeed ZeRO-3 and FSDP2 gather the head as they
 would) with the head's forward replaced for that call by the chunked loss over the supervised positions.
+:func:`supervised_token_log_probs` gives DPO each supervised token's log-prob instead of their sum: there the
+gradient of each token is scaled by its sequence's weight in the loss, which is known only in backward, so the head's
+weight must be frozen (LoRA): the gradient with respect to the hidden states is computed row by row in forward and
+each row scaled in backward.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -75,6 +79,31 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
                 None if grad_weight is None else grad_weight * grad_total.to(grad_weight.dtype), None, None)
 
 
+class ChunkedTokenLogProbs(torch.autograd.Function):
+    """Each position's float32 ``log p(target | hidden)`` through the head, a chunk of positions at a time. The
+    gradient of each log-prob with respect to its own hidden state is computed in forward (a row of ``[positions,
+    hidden]``) and scaled by that position's incoming gradient in backward; the head's weight gets none, so it must
+    not be trained."""
+
+    @staticmethod
+    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int) -> torch.Tensor:
+        if ctx.needs_input_grad[1]:
+            raise ValueError(f"task.head_chunk_positions={chunk} with per-token log-probs (DPO) needs the output head "
+                             "frozen (LoRA without trainable token rows): its weight's gradient would need each "
+                             "token's weight in the loss before backward; set it to null")
+        losses, grad_hidden, _ = chunked_cross_entropy(hidden, weight, targets, chunk,
+                                                       need_hidden=ctx.needs_input_grad[0], per_token=True)
+        ctx.save_for_backward(grad_hidden)
+        return -losses
+
+    @staticmethod
+    def backward(ctx, grad_logps: torch.Tensor):
+        (grad_hidden,) = ctx.saved_tensors  # of each token's cross-entropy: the log-prob's is its negative
+        if grad_hidden is None:
+            return None, None, None, None
+        return grad_hidden * -grad_logps.to(grad_hidden.dtype)[:, None], None, None, None
+
+
 def _plain_linear(module: nn.Module) -> bool:
     """A bias-free layer computing exactly ``nn.Linear``'s forward (a quantized subclass overrides it)."""
     return isinstance(module, nn.Linear) and module.bias is None and type(module).forward is nn.Linear.forward
@@ -110,7 +139,14 @@ def supervised_loss_sum(model: nn.Module, model_kwargs: Mapping[str, torch.Tenso
                         targets: torch.Tensor, chunk: int) -> torch.Tensor:
     """The float32 cross-entropy summed over the hidden states at ``index`` (into the flattened ``[rows, length]``
     positions) against ``targets``, the head applied ``chunk`` positions at a time."""
-    return _chunked_head_call(model, model_kwargs, index, targets, chunk, per_token=False)
+
+    def loss(selected: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled():
+            return ChunkedLinearCrossEntropy.apply(selected, weight, targets, chunk)
+        # validation: an autograd function would still compute the gradients of inputs that require them
+        return chunked_cross_entropy(selected, weight, targets, chunk)[0]
+
+    return _chunked_head_call(model, model_kwargs, index, chunk, loss)
 
 
 def supervised_token_losses(model: nn.Module, model_kwargs: Mapping[str, torch.Tensor], index: torch.Tensor,
@@ -119,12 +155,27 @@ def supervised_token_losses(model: nn.Module, model_kwargs: Mapping[str, torch.T
     validation loss per group of examples (``data.val_group_by``) adds up."""
     if torch.is_grad_enabled():
         raise RuntimeError("supervised_token_losses computes no gradients: call it under torch.no_grad()")
-    return _chunked_head_call(model, model_kwargs, index, targets, chunk, per_token=True)
+    return _chunked_head_call(model, model_kwargs, index, chunk,
+                              lambda s, w: chunked_cross_entropy(s, w, targets, chunk, per_token=True)[0])
 
 
-def _chunked_head_call(model: nn.Module, model_kwargs: Mapping[str, torch.Tensor], index: torch.Tensor,
-                       targets: torch.Tensor, chunk: int, *, per_token: bool) -> torch.Tensor:
-    """The model's own forward with its head's forward replaced, for this call, by the chunked loss."""
+def supervised_token_log_probs(model: nn.Module, model_kwargs: Mapping[str, torch.Tensor], index: torch.Tensor,
+                               targets: torch.Tensor, chunk: int) -> torch.Tensor:
+    """The float32 log-prob of each target given the hidden state at ``index``, the head applied ``chunk``
+    positions at a time (:class:`ChunkedTokenLogProbs`: differentiable with the head frozen)."""
+
+    def log_probs(selected: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled():
+            return ChunkedTokenLogProbs.apply(selected, weight, targets, chunk)
+        return -chunked_cross_entropy(selected, weight, targets, chunk, per_token=True)[0]
+
+    return _chunked_head_call(model, model_kwargs, index, chunk, log_probs)
+
+
+def _chunked_head_call(model: nn.Module, model_kwargs: Mapping[str, torch.Tensor], index: torch.Tensor, chunk: int,
+                       compute: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """The model's own forward with its head's forward replaced, for this call, by ``compute(hidden states at
+    index, head weight)``."""
     head = model.get_output_embeddings()
     if not can_chunk(head):
         raise ValueError(f"task.head_chunk_positions={chunk}: the model's output head is a {type(head).__name__}; "
@@ -133,12 +184,8 @@ def _chunked_head_call(model: nn.Module, model_kwargs: Mapping[str, torch.Tensor
     produced: list[torch.Tensor] = []
 
     def chunked_forward(hidden: torch.Tensor, *_args, **_kwargs) -> torch.Tensor:
-        weight = head_weight(head)  # read inside the head's call: ZeRO-3 / FSDP2 have gathered it by now
-        selected = hidden.flatten(0, 1)[index]
-        if torch.is_grad_enabled():
-            produced.append(ChunkedLinearCrossEntropy.apply(selected, weight, targets, chunk))
-        else:  # validation: an autograd function would still compute the gradients of inputs that require them
-            produced.append(chunked_cross_entropy(selected, weight, targets, chunk, per_token=per_token)[0])
+        # the weight is read inside the head's call: ZeRO-3 / FSDP2 have gathered it by now
+        produced.append(compute(hidden.flatten(0, 1)[index], head_weight(head)))
         return produced[-1]
 
     head.forward = chunked_forward

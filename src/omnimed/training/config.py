@@ -33,7 +33,8 @@ class TaskConfig:
     micro_batch_tokens: Optional[int] = None
     # sft: the LM head and its cross-entropy run this many supervised positions at a time, their gradients computed
     # in the forward pass, so that no [positions, vocab] logits are held (omnimed.training.chunked_head; the same
-    # loss). null: the whole head at once. Pays where logits dominate: full fine-tuning of a large vocabulary
+    # loss). null: the whole head at once. Pays where logits dominate: full fine-tuning of a large vocabulary.
+    # dpo: each completion token's log-prob the same way; the head must be frozen (LoRA without trainable tokens)
     head_chunk_positions: Optional[int] = None
     # spans masked from the loss, each [open, close] marker pair (Self-RAG masks <paragraph>...</paragraph>)
     mask_spans: list[list[str]] = field(default_factory=list)
@@ -171,8 +172,8 @@ def config_problems(cfg: TrainConfig) -> list[str]:
          t.micro_batch_tokens, f"null with task.objective={t.objective} (micro-batches split SFT batches only)")
     need(t.head_chunk_positions is None or t.head_chunk_positions > 0, "task.head_chunk_positions",
          t.head_chunk_positions, "null or a number of positions > 0")
-    need(t.head_chunk_positions is None or t.objective not in ("dpo", "distill"), "task.head_chunk_positions",
-         t.head_chunk_positions, f"null with task.objective={t.objective} (the chunked head computes the SFT loss)")
+    need(t.head_chunk_positions is None or t.objective != "distill", "task.head_chunk_positions",
+         t.head_chunk_positions, "null with task.objective=distill (an embedder has no LM head)")
     need(math.isfinite(t.beta) and t.beta > 0, "task.beta", t.beta, "a reward temperature > 0")
     need(t.temperature > 0, "task.temperature", t.temperature, "a softmax temperature > 0")
     need(t.teacher_temperature > 0, "task.teacher_temperature", t.teacher_temperature, "a softmax temperature > 0")

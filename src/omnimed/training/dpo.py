@@ -123,10 +123,10 @@ class DPOModule(SFTModule):
         inputs = inputs or self.pair_inputs(batch)
         frozen = self.reference_model()
         if frozen is not None:
-            return sequence_log_probs(frozen, inputs)
+            return sequence_log_probs(frozen, inputs, self.task_cfg.head_chunk_positions)
         model = self._require_model()
         with model.disable_adapter():
-            return sequence_log_probs(model, inputs)
+            return sequence_log_probs(model, inputs, self.task_cfg.head_chunk_positions)
 
     def on_fit_start(self) -> None:
         """With ``task.precompute_ref_log_probs``: the reference log-probs of the data module's train and val
@@ -171,7 +171,7 @@ class DPOModule(SFTModule):
     def pair_loss(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The DPO loss of a batch of pairs (one forward pass over chosen and rejected) and its reward stats."""
         inputs = self.pair_inputs(batch)
-        policy = sequence_log_probs(self._require_model(), inputs)
+        policy = sequence_log_probs(self._require_model(), inputs, self.task_cfg.head_chunk_positions)
         return dpo_loss(policy, self.reference_log_probs(batch, inputs), self.task_cfg.beta)
 
     def training_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> torch.Tensor:

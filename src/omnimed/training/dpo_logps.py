@@ -13,7 +13,8 @@ and its LM head, without changing what is computed:
   honours a custom 4-D boolean mask (``attn_implementation="sdpa"``) and no sliding window
   (:func:`can_share_prompts`); otherwise the pairs run as the 2B rows.
 * **The LM head on supervised positions only** (:func:`omnimed.training.lm_head.supervised_logits`): the
-  ``[tokens, vocab]`` projection, its backward and the float32 logits shrink to the completions'.
+  ``[tokens, vocab]`` projection, its backward and the float32 logits shrink to the completions'; with
+  ``task.head_chunk_positions`` (a frozen head) a chunk of them at a time.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from omnimed.training.chunked_head import supervised_token_log_probs
 from omnimed.training.lm_head import supervised_logits
 from omnimed.training.tokenize import IGNORE_INDEX
 
@@ -91,10 +93,15 @@ def pair_inputs(batch: Mapping[str, torch.Tensor], share_prompts: bool) -> PairI
                       pair * width + packed_source, targets, sequence, rows, shared=True)
 
 
-def sequence_log_probs(model: nn.Module, inputs: PairInputs) -> torch.Tensor:
+def sequence_log_probs(model: nn.Module, inputs: PairInputs, head_chunk: int | None = None) -> torch.Tensor:
     """Per sequence (2B values, chosen then rejected), the sum of the float32 log-probs ``model`` gives its
-    supervised tokens, the LM head applied to the hidden states that predict them only."""
-    logits = supervised_logits(model, inputs.model_kwargs, inputs.index)
-    token_logps = logits.float().log_softmax(-1).gather(-1, inputs.targets.unsqueeze(-1)).squeeze(-1)
+    supervised tokens, the LM head applied to the hidden states that predict them only; with ``head_chunk``
+    (``task.head_chunk_positions``) that many positions at a time, no ``[tokens, vocab]`` logits held (the head
+    frozen: :func:`~omnimed.training.chunked_head.supervised_token_log_probs`)."""
+    if head_chunk:
+        token_logps = supervised_token_log_probs(model, inputs.model_kwargs, inputs.index, inputs.targets, head_chunk)
+    else:
+        logits = supervised_logits(model, inputs.model_kwargs, inputs.index)
+        token_logps = logits.float().log_softmax(-1).gather(-1, inputs.targets.unsqueeze(-1)).squeeze(-1)
     out = torch.zeros(inputs.sequences, dtype=token_logps.dtype, device=token_logps.device)
     return out.index_add(0, inputs.sequence, token_logps)

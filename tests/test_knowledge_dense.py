@@ -533,10 +533,12 @@ def test_cross_encoder_reranks_by_its_own_scores(tiny_cross_encoder: Path) -> No
     for query in QUERIES:
         ranking = reranker.rerank(query, candidates, top_k=4)
         scores = np.asarray(reference.predict([(query, text) for text in candidates]), dtype=np.float64)
-        assert len(set(np.round(scores, 6))) == len(candidates)  # distinct scores: the order is well defined
-        expected = list(np.argsort(-scores)[:4])
-        assert [i for i, _ in ranking] == expected
-        np.testing.assert_allclose([s for _, s in ranking], scores[expected], rtol=1e-5)
+        # each candidate returned with its own score, and they are the 4 best, best first (a tie between two
+        # candidates may come in either order: the random tiny model's tanh pooler can saturate to equal scores)
+        got = [i for i, _ in ranking]
+        assert len(set(got)) == 4
+        np.testing.assert_allclose([s for _, s in ranking], scores[got], rtol=1e-5)
+        np.testing.assert_allclose(scores[got], np.sort(scores)[::-1][:4], rtol=1e-5)
     # the random model's order is not the input order, so the comparison above is not trivially true
     assert [i for i, _ in reranker.rerank(QUERIES[0], candidates, 10)] != list(range(10))
     assert len(reranker.rerank(QUERIES[0], candidates[:2], 5)) == 2 and reranker.rerank("q", [], 3) == []

@@ -148,6 +148,20 @@ def test_loss_and_gradient_equal_trl_dpo_trainer(tokenizer, tmp_path, reference)
         assert stats[name].item() == pytest.approx(trl_stats[name], abs=1e-5), name
 
 
+def _perturbed_lora_module(task: TaskConfig, tokenizer) -> DPOModule:
+    """A LoRA DPOModule on tiny-llama whose trained weights are moved off their start, so that the policy differs
+    from its reference (the adapter switched off)."""
+    torch.manual_seed(0)
+    module = DPOModule(TINY_LORA, task, tokenizer)
+    module.configure_model()
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in module.model.parameters():
+            if p.requires_grad:
+                p.add_(torch.randn(p.shape, generator=gen) * 0.1)
+    return module
+
+
 def test_a_shared_prompt_scores_each_pair_as_its_two_rows_do(tokenizer):
     """DPOModule scores a pair as one row whose prompt its two completions share (the rejected tokens after the
     pair's longest common prefix, at their own positions, masked from the chosen ones): the sequence log-probs, the
@@ -165,14 +179,7 @@ def test_a_shared_prompt_scores_each_pair_as_its_two_rows_do(tokenizer):
     dm.setup("fit")
     rows = [dm.train_dataset[i] for i in range(4)]
     batch = dm.collator()(rows)
-    torch.manual_seed(0)
-    module = DPOModule(TINY_LORA, task, tokenizer)
-    module.configure_model()
-    gen = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for p in module.model.parameters():
-            if p.requires_grad:
-                p.add_(torch.randn(p.shape, generator=gen) * 0.1)
+    module = _perturbed_lora_module(task, tokenizer)
     out = {}
     for share in (False, True):
         module.share_prompts = share
@@ -203,14 +210,7 @@ def test_the_chunked_head_scores_pairs_as_the_whole_head_does_without_holding_it
     dm = DPODataModule(plan_pairs(3), tokenizer, DataConfig(batch_size=3, val_fraction=0.0), task)
     dm.setup("fit")
     batch = dm.collator()([dm.train_dataset[i] for i in range(3)])
-    torch.manual_seed(0)
-    module = DPOModule(TINY_LORA, task, tokenizer)
-    module.configure_model()
-    gen = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for p in module.model.parameters():
-            if p.requires_grad:
-                p.add_(torch.randn(p.shape, generator=gen) * 0.1)
+    module = _perturbed_lora_module(task, tokenizer)
     vocab = module.model.get_output_embeddings().weight.size(0)
     out = {}
     for chunk in (None, 4):

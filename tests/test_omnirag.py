@@ -178,6 +178,17 @@ def test_the_oracle_planner_retrieves_every_gold_passage_through_omnimed_evaluat
         assert parse_plan(row["plan"]).ok and 0 < len(row["evidence"]) <= 5  # pipeline.top_k
 
 
+def test_a_plan_only_run_keeps_the_plan_statistics_and_reports_no_accuracy(tmp_path):
+    """pipeline.read=false (tables 12 and 13): the plans and what they retrieve, without the reader; the run states
+    no accuracy (no question was answered, so none is right, wrong or missing)."""
+    run = _evaluate(tmp_path, "backend=oracle", "pipeline.read=false")
+    m = run["metrics"]
+    assert not [k for k in m if k.startswith(("accuracy", "missing_answers"))]
+    assert m["n"] > 0 and m["plan/gold_recall"] == 1.0 and any(k.startswith("words_per_query/") for k in m)
+    for row in run["rows"]:
+        assert row["prediction"] is None and row["error"] is None and 0 < len(row["evidence"]) <= 5
+
+
 class ScriptedPlanner:
     """A planner whose replies are fixed texts, in turn."""
 
@@ -208,6 +219,27 @@ def test_a_malformed_plan_is_counted_and_answered_never_a_crash(world_tiny, kb_t
     assert third["plan_problems"] == [] and answers[2].evidence == []  # every source left empty: nothing read
     metrics = method.metrics(answers)
     assert metrics["plan/malformed"] == pytest.approx(2 / 3)
+
+
+class NoReader:
+    """A reader backend that fails the test if it is asked anything."""
+
+    name, model_id = "no-reader", "no-reader"
+
+    def __getattr__(self, call):
+        raise AssertionError(f"the reader was called ({call}) in a plan-only run")
+
+
+def test_a_plan_only_run_never_calls_the_reader(world_tiny, kb_tiny, monkeypatch):
+    from omnimed.methods.omnirag.method import OmniRAG, OmniRAGConfig
+
+    method = OmniRAG(OmniRAGConfig(read=False))
+    monkeypatch.setattr(method, "serve_planner", lambda kb: OracleBackend(world_tiny))
+    questions = [q for q in world_tiny.questions if q.split == "test"][:3]
+    answers = method.answer(questions, NoReader(), kb_tiny, seed=0)
+    assert not method.reads() and [a.prediction for a in answers] == [None] * 3
+    assert all(a.evidence for a in answers)  # what would have been read
+    assert method.metrics(answers)["plan/gold_recall"] == 1.0
 
 
 def test_gold_recall_is_also_given_by_how_the_question_names_its_subject():

@@ -87,6 +87,9 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
                          "one kind (accuracy, or statement ratios for open answers)")
     method = build_method(cfg.pipeline)
     method.cache_root = cfg.paths.cache
+    if not method.reads() and (longform or cfg.task.luq_samples):
+        raise ValueError(f"pipeline.read=false: pipeline={method.name} only plans and searches, so there are no "
+                         "answers to judge (open questions) or to sample (task.luq_samples)")
     kind = "open" if longform else "mcq"
     if kind not in method.question_kinds:
         raise ValueError(f"task.dataset={cfg.task.dataset}: pipeline={method.name} answers "
@@ -144,6 +147,8 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
                   what=f"pipeline={method.name} on task.dataset={cfg.task.dataset}", max_share=cfg.max_failed_share,
                   unit="questions")
     metrics = seed_summary(outcomes, n_resamples=cfg.task.bootstrap_resamples)
+    if not method.reads():  # plans and searches only: no answer was asked for, so none is right, wrong or missing
+        metrics = {k: v for k, v in metrics.items() if not k.startswith(("accuracy", "missing_answers"))}
     metrics["failed_generations"] = len(failed) / len(failures)  # mean per seed, the judge's failed calls too
     if len(failures) > 1:
         metrics.update({f"failed_generations/seed_{seed}": float(len(f)) for seed, f in failures.items()})
@@ -264,6 +269,10 @@ def report(result: QAResult, cfg: Any, console: Any) -> float | None:
                                   f"{m['accuracy_ci_high']:.4f}]  SE {m['accuracy_stderr']:.4f}")
         table.add_row("questions", f"{m['n']:.0f} x {m['seeds']:.0f} seed(s); std over seeds "
                                    f"{m['accuracy_std']:.4f}")
+    elif "statement_correct_ratio" not in m:  # plans and searches only: the method's plan metrics
+        table.add_row("questions", f"{m['n']:.0f} planned and searched, not answered (pipeline.read=false)")
+        for key in sorted(k for k in m if k.startswith("plan/") and k.count("/") == 1):
+            table.add_row(key, f"{m[key]:.4f}")
     else:  # open answers, judged statement by statement
         for label in ("correct", "incorrect", "not_mentioned", "unparsed"):
             count = m.get(f"statement_{label}_count")
@@ -276,8 +285,9 @@ def report(result: QAResult, cfg: Any, console: Any) -> float | None:
     if m.get("failed_generations"):
         table.add_row("failed backend calls", f"{m['failed_generations']:.0f} (wrong in the score; see "
                                               "predictions.jsonl's error)")
-    table.add_row("missing / malformed answers", f"{m['missing_answers']:.0f}"
-                  + (f"  ({', '.join(f'{k}: {v}' for k, v in result.problems.items())})" if result.problems else ""))
+    if "missing_answers" in m:
+        table.add_row("missing / malformed answers", f"{m['missing_answers']:.0f}" + (
+            f"  ({', '.join(f'{k}: {v}' for k, v in result.problems.items())})" if result.problems else ""))
     table.add_row("outputs", f"{result.output_dir}/metrics.json, predictions.jsonl"
                   + (f"; logger: {result.logger_dir}" if result.logger_dir else ""))
     console.print(table)

@@ -66,6 +66,11 @@ class Method(ABC):
         """Whether :meth:`answer` searches the knowledge base (it is built or loaded only then)."""
         return False
 
+    def reads(self) -> bool:
+        """Whether :meth:`answer` answers the questions; else it only plans and searches (its answers carry no
+        prediction) and a run reports the method's own metrics without an accuracy."""
+        return True
+
     #: solved questions of the dataset's training split, set by the runner when :meth:`shots` asks for some
     demonstrations: Sequence[Any] = ()
     #: where the run's backend calls are cached (``paths.cache``), set by the runner: a backend the method serves

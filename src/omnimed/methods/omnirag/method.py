@@ -47,7 +47,8 @@ class OmniRAGConfig:
     ``per_query_k``: documents retrieved per query; ``top_k``: documents the reader reads, taken rank by rank across
     the plan's queries so every query contributes its best first; ``planner_batch_size``: plans written per batch
     on the hf backend (null: the backend's ``batch_size``). A step of CPU decoding reads every weight once whatever
-    the batch, so 32 plans at once write 1.65x the tokens a second of 8 (SmolLM2-135M, 2 threads)."""
+    the batch, so 32 plans at once write 1.65x the tokens a second of 8 (SmolLM2-135M, 2 threads). ``read``: false
+    plans and searches only, without running the reader (tables 12 and 13 report the plans' statistics only)."""
 
     name: str = "omnirag"
     planner: str = "frozen"
@@ -68,6 +69,7 @@ class OmniRAGConfig:
     max_new_tokens: int = 512
     temperature: float = 0.0
     answer_mode: str = "generate"
+    read: bool = True
 
 
 def _explore(cfg: ExploreConfig, ctx: Any) -> Any:
@@ -126,6 +128,9 @@ class OmniRAG(Method):
 
     def needs_knowledge(self) -> bool:
         return True
+
+    def reads(self) -> bool:
+        return self.cfg.read
 
     def serve(self, backend_cfg: Any, model: Any, role: str = "generator") -> tuple[Any, Any]:
         self._served = (backend_cfg, model)  # the planner is served by the same kind of backend
@@ -212,9 +217,13 @@ class OmniRAG(Method):
                            "gold_recall": len(gold & retrieved) / len(gold) if gold else None,
                            "gold_shown": len(gold & {h.doc_id for h in shown}) / len(gold) if gold else None,
                            "named_by": q.metadata.get("named_by"), **planned.extras})
-        reader = ClosedBook(PipelineConfig(max_new_tokens=cfg.max_new_tokens,
-                                           temperature=cfg.temperature, answer_mode=cfg.answer_mode))
-        answers = reader.answer(questions, backend, None, seed=seed, evidence=evidence)
+        if cfg.read:
+            reader = ClosedBook(PipelineConfig(max_new_tokens=cfg.max_new_tokens,
+                                               temperature=cfg.temperature, answer_mode=cfg.answer_mode))
+            answers = reader.answer(questions, backend, None, seed=seed, evidence=evidence)
+        else:  # plans and searches only: what would have been read, no prediction
+            answers = [Answer(q.id, None, False, evidence=[p.id for p in shown])
+                       for q, shown in zip(questions, evidence)]
         return [dataclasses.replace(a, extras={**a.extras, **x}, error=a.error or x["planner_error"])
                 for a, x in zip(answers, extras)]
 

@@ -88,6 +88,10 @@ def _training(cfg: dict[str, Any]) -> str:
     return f"+ LoRA r{cfg['lora_r']}" if cfg["lora_r"] else "full fine-tuning"
 
 
+def _head(cfg: dict[str, Any]) -> str:
+    return f"our LM head {cfg.get('head_chunk_positions') or 'whole'}"
+
+
 def train_table(result: dict[str, Any]) -> Table:
     """The side-by-side table of a ``bench_train`` result, with the real-token fractions of our batching."""
     cfg = result["config"]
@@ -95,7 +99,7 @@ def train_table(result: dict[str, Any]) -> Table:
         f"omnimed-bench train: {cfg['model']} {_training(cfg)}, batch {cfg['batch_size']}, max_length "
         f"{cfg['max_length']}, {'packing' if cfg['packing'] else 'per-batch padding'}, {cfg['threads']} threads, "
         f"W={cfg['warmup']} N={cfg['steps']}, TRL order {cfg['trl_order']}, our micro-batch "
-        f"{cfg.get('micro_batch_tokens') or 'whole'}, our LM head {cfg.get('head_chunk_positions') or 'whole'}"
+        f"{cfg.get('micro_batch_tokens') or 'whole'}, {_head(cfg)}"
     ))
     data = result["data"]
     table.add_section()
@@ -116,8 +120,7 @@ def dpo_table(result: dict[str, Any]) -> Table:
     table = sides_table(result, (
         f"omnimed-bench dpo: {cfg['model']} {_training(cfg)}, beta {cfg['beta']}, {cfg['batch_size']} pairs "
         f"per step ({2 * cfg['batch_size']} rows), max_length {cfg['max_length']}, {cfg['threads']} threads, "
-        f"W={cfg['warmup']} N={cfg['steps']}, {cfg['repeats']} repeat(s), TRL reads our batches, our LM head "
-        f"{cfg.get('head_chunk_positions') or 'whole'}"
+        f"W={cfg['warmup']} N={cfg['steps']}, {cfg['repeats']} repeat(s), TRL reads our batches, {_head(cfg)}"
     ))
     table.add_section()
     table.add_row("pairs (mean tokens, chosen + rejected)", f"{data['pairs']} ({fmt(data['mean_pair_tokens'])})", "")

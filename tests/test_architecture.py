@@ -109,3 +109,18 @@ def test_every_test_the_readme_cites_for_a_guarantee_exists():
     defined = {m for p in (repo / "tests").glob("test_*.py")
                for m in re.findall(r"^def (test_\w+)", p.read_text(encoding="utf-8"), re.M)}
     assert cited and not cited - defined, f"the README cites tests that do not exist: {sorted(cited - defined)}"
+
+
+def test_ci_runs_the_readme_commands_for_both_test_tiers():
+    """CI must run what the README tells a user to run: the first tier's command as written there, then the second
+    tier's; and the two tiers together select every test (``-m "not slow"`` and ``-m slow``)."""
+    import re
+
+    repo = SRC.parents[1]
+    readme = (repo / "README.md").read_text(encoding="utf-8")
+    ci = (repo / ".ci" / "run").read_text(encoding="utf-8")
+    first = re.search(r"Run the tests:\n\n```bash\n(.+)\n```", readme)
+    assert first, "README: no 'Run the tests:' command block"
+    assert first.group(1) in ci.splitlines() and first.group(1).endswith('-m "not slow"'), first.group(1)
+    second = re.search(r"`(\.venv/bin/python -m pytest [^`]+ -m slow)`", readme)
+    assert second and second.group(1) in ci.splitlines(), "README's second tier is not what .ci/run runs"

@@ -147,6 +147,7 @@ def test_the_chunked_lm_head_reaches_our_sft_and_dpo_tasks_and_full_fine_tuning_
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.slow
 def test_bench_train_full_fine_tuning_under_zero3_trains_every_weight_alike(tmp_path) -> None:
     """``--lora-r 0 --strategy deepspeed_zero3 --packing`` (the GPU scenario's options, fp32 on CPU): both sides
     train every parameter of the model from the same packed batches and take the same optimizer steps, ours through
@@ -203,6 +204,7 @@ def test_bench_dpo_cli_tiny_model_both_sides(tmp_path) -> None:
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.slow
 def test_bench_dpo_under_deepspeed_zero3_both_sides_take_the_same_steps(tmp_path) -> None:
     """``--strategy deepspeed_zero3`` (fp32 on CPU; the GPU scenario is the same code with bf16): ours runs under
     Lightning's DeepSpeed strategy and TRL's DPOTrainer under ``TrainingArguments.deepspeed``, from the same resolved

@@ -55,6 +55,7 @@ def test_the_cli_reads_the_polyview_and_distill_options(monkeypatch):
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.slow
 def test_polyview_times_fifteen_candidates_per_cold_query_with_every_view(tmp_path, keep_threads):
     """Two timed queries (no warm-up: the models load before the clock starts), each a different question with 15
     candidates; the judges and the encoder really run on every query (their time is > 0), the parts add up to the

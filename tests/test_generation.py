@@ -170,7 +170,6 @@ def test_hf_loads_an_exported_folder(tiny, tmp_path):
     assert again.model_id.startswith("export@") and again.model_id != tiny.model_id
 
 
-@pytest.mark.slow
 def test_hf_smollm2_answers_greedily_and_batch_invariantly():
     smol = HFBackend(ModelConfig(), batch_size=2)
     reqs = [Request("The capital of France is"), Request([{"role": "user", "content": "What is 2+2?"}])]

@@ -407,7 +407,6 @@ def test_model_yaml_matches_schema(name: str) -> None:
 # ---------------------------------------------------------------- real packaged models
 
 
-@pytest.mark.slow
 def test_smollm2_conversion_cached_reload_and_greedy_parity(
     fresh_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -455,7 +454,6 @@ def test_smollm2_conversion_cached_reload_and_greedy_parity(
     assert captured["tokenizer"](["Metformin [x]"]).input_ids == tokenizer(["Metformin [x]"]).input_ids
 
 
-@pytest.mark.slow
 def test_minilm_embeddings() -> None:
     cfg = OmegaConf.to_object(_model_yaml("minilm-l6"))
     encoder = load_encoder(cfg)

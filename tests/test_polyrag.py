@@ -221,6 +221,7 @@ def test_the_embedder_encodes_length_sorted_chunks_to_the_embeddings_of_one_padd
     assert torch.allclose(*grads, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_an_interrupted_distillation_resumes_mid_epoch_to_the_weights_of_an_uninterrupted_run(utility, tmp_path):
     """`task=utility_embed` stopped after 2 of an epoch's batches and resumed (`ckpt_path=last`) ends with the
     weights of a run that trained its 4 steps straight: the resumed run skips the batches already trained on. (Its
@@ -258,6 +259,7 @@ def test_an_interrupted_distillation_resumes_mid_epoch_to_the_weights_of_an_unin
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_the_embedder_trains_under_ddp_on_two_processes(utility, tmp_path):
     """`omnimed-train +preset=polyrag_utility_embed_miniature strategy=ddp trainer.devices=2` (gloo on CPU): it
     failed with DDP's "parameters that were not used in producing the loss" (the pooler) before the unused ones were

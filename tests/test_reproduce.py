@@ -478,6 +478,7 @@ def test_each_row_is_paired_by_question_against_the_named_row_and_separated_pair
         load_manifest(path)
 
 
+@pytest.mark.slow
 def test_training_seeds_train_each_seed_once_and_the_table_states_the_spread(tmp_path):
     """`--training-seeds` fills {train_seed} / {seed_tag} in the prepare steps and overrides, so each seed builds
     its own artifact (the default seed's keeps its untagged path) and every row runs against it; the table states
@@ -604,6 +605,7 @@ def test_the_plot_labels_each_panel_by_its_own_metric_and_keeps_the_legend_off_t
     assert "CARE/HIT@3" not in line
 
 
+@pytest.mark.slow
 def test_a_column_with_overrides_of_its_own_runs_apart_with_them(tmp_path):
     """Table 8's shape: a restriction per column (there, the one source available). Each such column runs on its
     own, in its own folder, with its overrides; the other columns keep sharing the row's sweep."""
@@ -629,6 +631,7 @@ def test_a_column_with_overrides_of_its_own_runs_apart_with_them(tmp_path):
         load_manifest(path)
 
 
+@pytest.mark.slow
 def test_rows_that_compose_to_the_same_run_at_a_preset_run_once_and_the_table_says_so(tmp_path):
     """At miniature one model stands in for the paper's several (PolyRAG table 2's fifteen rows are three runs
     there): a row whose overrides compose to the same config as an earlier row's takes its cells instead of running
@@ -694,15 +697,15 @@ def test_a_stopped_table_resumes_after_its_finished_runs_and_reruns_what_changed
     assert not (out / "runs" / "table2" / "bm25").exists()
     assert next(csv.DictReader((out / "table2.csv").open()))["ours"] == ours
 
-    def kept(extra: list[str], not_before: float) -> dict[str, tuple[Path, float]]:
+    def kept(extra: list[str], not_before: float, edited: tuple[str, ...] = ()) -> dict[str, tuple[Path, float]]:
         m = load_manifest(path)
         plan, = plan_rows(m, "miniature", extra)
         validate([plan], m, runs_dir=out / "runs" / "table1")
         (folder, datasets, column), = sweeps(plan, m)
         runs = out / "runs" / "table1"
         return finished_runs(runs / plan.slug / folder, runs.parent, datasets,
-                             lambda key: run_overrides(plan, m, runs, "basic", key, folder=folder, column=column),
-                             not_before)
+                             lambda key: [*run_overrides(plan, m, runs, "basic", key, folder=folder, column=column),
+                                          *edited], not_before)
 
     extra = [f"paths.root={tmp_path}"]
     m = load_manifest(path)
@@ -710,6 +713,9 @@ def test_a_stopped_table_resumes_after_its_finished_runs_and_reruns_what_changed
     assert list(kept(extra, prepared_at(m, "miniature", extra))) == ["world"]
     assert kept([*extra, "task.k=5"], 0.0) == {}  # another config: its finished run is not this one
     assert kept(extra, (run / "metrics.json").stat().st_mtime + 1) == {}  # a model retrained since
+    # conf/ edited while the table ran, so that a run no longer composes: a clear error naming it, no traceback
+    with pytest.raises(ManifestError, match=r"world composed when the table started and no longer does .*no_such_knob"):
+        kept(extra, 0.0, ("task.no_such_knob=1",))
     (run / "metrics.json").unlink()
     assert kept(extra, 0.0) == {}
 

@@ -490,6 +490,7 @@ def test_generator_checkpoint_reloads_with_from_pretrained_and_writes_reflective
     assert any(t in text for t in (T.RETRIEVE, T.NO_RETRIEVE)), text
 
 
+@pytest.mark.slow
 def test_table_reproduced_through_prepare_steps_in_one_w_and_b_group(tmp_path):
     """A Table-9 style manifest whose prepare steps build the critic data and train a tiny critic: the table is
     filled per column from one run per row, every run is in the table's group, and a rerun prepares nothing."""

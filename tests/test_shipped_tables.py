@@ -23,7 +23,9 @@ def test_every_shipped_manifest_is_valid():
             f"{path}: no published number (a table the paper does not print: unpublished: true)"
 
 
-def test_every_runnable_row_of_every_shipped_table_composes_at_every_preset():
+# the miniature preset is what runs on a CPU; the paper preset's composes (GPU runs) are in the second tier
+@pytest.mark.parametrize("preset", ["miniature", pytest.param("paper", marks=pytest.mark.slow)])
+def test_every_runnable_row_of_every_shipped_table_composes_at_every_preset(preset):
     """What `omnimed-reproduce` checks before it runs anything: a row naming a model, corpus or key that has no
     config, or a dataset key its task does not know, would stop its table; none of the shipped tables may. A
     paper benchmark that no loader reads yet is not run: its cells are missing, with the reason."""
@@ -31,9 +33,11 @@ def test_every_runnable_row_of_every_shipped_table_composes_at_every_preset():
     from omnimed.tables.reproduce import AVERAGE, DEFAULT_TRAINING_SEED, for_training_seed, plan_rows, validate
 
     root = Path(__file__).resolve().parents[1] / "experiments"
+    presets = set()
     for path in find_manifests(root):
         m = for_training_seed(load_manifest(path), DEFAULT_TRAINING_SEED)
-        for preset in m.presets:
+        presets |= set(m.presets)
+        if preset in m.presets:
             plans = plan_rows(m, preset)
             validate(plans, m)
             for plan in plans:
@@ -49,6 +53,7 @@ def test_every_runnable_row_of_every_shipped_table_composes_at_every_preset():
                         assert plan.alone[col] == key and col not in plan.datasets.get(key, [])
                     elif key != AVERAGE:
                         assert col in plan.datasets[key]
+    assert presets == {"miniature", "paper"}, f"a preset this test does not compose: {sorted(presets)}"
 
 
 _ARTIFACT = re.compile(r"\$\{paths\.root\}/((?:checkpoints|builds)/[^\s\"',\]]+)")

@@ -302,7 +302,6 @@ def ddp_results(tmp_path_factory: pytest.TempPathFactory, pretrained_dir: Path) 
 
 
 @pytest.mark.multiprocess
-@pytest.mark.slow
 def test_ddp_gloo_two_processes(ddp_results: list[dict[str, Any]]) -> None:
     for r, res in enumerate(ddp_results):
         assert (res["rank"], res["world_size"], res["strategy"]) == (r, 2, "DDPStrategy")
@@ -311,7 +310,6 @@ def test_ddp_gloo_two_processes(ddp_results: list[dict[str, Any]]) -> None:
 
 
 @pytest.mark.multiprocess
-@pytest.mark.slow
 def test_fsdp2_matches_ddp(ddp_results: list[dict[str, Any]], pretrained_dir: Path, tmp_path: Path) -> None:
     fsdp = run_workers("fsdp2", tmp_path, extra=("--pretrained", str(pretrained_dir), "--head-chunk", "5"))
     for res_f, res_d in zip(fsdp, ddp_results):
@@ -328,7 +326,6 @@ def test_fsdp2_matches_ddp(ddp_results: list[dict[str, Any]], pretrained_dir: Pa
 
 
 @pytest.mark.multiprocess
-@pytest.mark.slow
 def test_deepspeed_zero3_cpu(ddp_results: list[dict[str, Any]], pretrained_dir: Path, tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM
 

@@ -365,6 +365,7 @@ def test_fast_dev_run_preset_touches_no_checkpoint(tmp_path):
     assert not (tmp_path / "checkpoints" / "sft" / "dev" / "hf").exists()
 
 
+@pytest.mark.slow
 def test_continuing_a_finished_run_matches_one_longer_run(tmp_path):
     """A run stopped by max_steps mid-epoch, continued with ckpt_path=last and a larger max_steps, ends where one
     longer run ends: last.ckpt records the position inside the epoch, not an epoch Lightning closed at fit end.

@@ -32,6 +32,7 @@ def _zero3_train(tmp: Path, *overrides: str, strategy: str = "deepspeed_zero3") 
 
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("strategy", ["deepspeed_zero3", "deepspeed_zero3_offload"])
+@pytest.mark.slow
 def test_zero3_cli_two_processes_full_finetune_exports_a_plain_hf_model(tmp_path, strategy):
     """The users' GPU code path (Lightning DeepSpeedStrategy, ZeRO-3 sharding inside configure_model) on 2 CPU
     ranks: both ranks save a shard, the shards consolidate, and the HF export holds exactly the trained weights.
@@ -57,6 +58,7 @@ def test_zero3_cli_two_processes_full_finetune_exports_a_plain_hf_model(tmp_path
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_fsdp2_cli_two_processes_exports_the_trained_adapter(tmp_path):
     """FSDP2 (Lightning's ModelParallelStrategy) on 2 CPU ranks through ``omnimed-train``: training ends with the
     parameters sharded, so the export is rebuilt from the distributed checkpoint the ranks saved, and its adapter
@@ -78,6 +80,7 @@ def test_fsdp2_cli_two_processes_exports_the_trained_adapter(tmp_path):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_ddp_and_fsdp2_micro_batches_train_the_weights_of_whole_batches(tmp_path):
     """`task.micro_batch_tokens` on 2 CPU processes: under DDP the chunks' gradients add up and are all-reduced
     once, under FSDP2 they add up unsharded (sync off) and the last chunk's backward reduce-scatters the sum; so 4

@@ -75,6 +75,7 @@ def test_a_trials_run_name_shows_its_floats_to_four_digits():
         "lr0.0008559", "warmup-ratio0.07152", "r8", "max-steps2", "lr0.001"]
 
 
+@pytest.mark.slow
 def test_compare_draws_loss_curves_shows_swept_values_sorted_and_aggregates_seeds(tmp_path):
     """omnimed-compare on three tiny runs (two seeds of one setting, one of another): the swept value as a column,
     rows sorted by val/loss, the seeds of one setting as one row with its mean and 95% interval, and loss curves

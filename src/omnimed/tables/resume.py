@@ -57,6 +57,8 @@ def finished_runs(own: Path, runs_root: Path, keys: Iterable[str], overrides: Ca
     changed row, preset or config file, or a retrained model, runs again."""
     from hydra import compose
 
+    from omnimed.tables.manifest import ManifestError
+
     finished_dirs = sorted(d.parent for d in runs_root.glob("*/**/metrics.json"))  # one walk for every key
     found = {key: sorted((d for d in finished_dirs if d.name == key), key=lambda d: d != own / key)  # own first
              for key in keys}
@@ -71,7 +73,13 @@ def finished_runs(own: Path, runs_root: Path, keys: Iterable[str], overrides: Ca
                 if finished < not_before or (saved := saved_config_text(run_dir)) is None:
                     continue
                 if wanted is None:
-                    wanted = run_config_text(compose("evaluate", overrides=overrides(key), return_hydra_config=True))
+                    try:
+                        wanted = run_config_text(compose("evaluate", overrides=overrides(key),
+                                                         return_hydra_config=True))
+                    except Exception as exc:  # Hydra raises several kinds; validation composed it before
+                        raise ManifestError(
+                            f"the run {own / key} composed when the table started and no longer does (was conf/ or "
+                            f"a config class edited while the table ran? the same command resumes): {exc}") from exc
                 if saved == wanted:
                     done[key] = (run_dir, finished)
                     break

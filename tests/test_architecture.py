@@ -112,8 +112,8 @@ def test_every_test_the_readme_cites_for_a_guarantee_exists():
 
 
 def test_ci_runs_the_readme_commands_for_both_test_tiers():
-    """CI must run what the README tells a user to run: the first tier's command as written there, then the second
-    tier's; and the two tiers together select every test (``-m "not slow"`` and ``-m slow``)."""
+    """CI must run what the README tells a user to run: the first tier's command as written there (``-m "not
+    slow"``), then the second tier's (``-m slow``), so that the two together run every test."""
     import re
 
     repo = SRC.parents[1]

@@ -32,7 +32,7 @@ from omnimed.tables.manifest import (
     runnable_methods,
 )
 from omnimed.tables.report import Cell, Detectable, write_report
-from omnimed.tables.resume import evaluate_configs, finished_runs, run_config_text
+from omnimed.tables.resume import compose_run, evaluate_configs, finished_runs, run_config_text
 
 MINIATURE = "miniature"
 DEFAULT_TRAINING_SEED = 0  # conf/train.yaml's seed: what a table trains with unless --training-seeds says otherwise
@@ -193,8 +193,6 @@ def validate(plans: list[RowPlan], manifest: TableManifest, *, launcher: str = D
     """Check every dataset key, then compose every (row, dataset) run now, Hydra's own config included, with the
     launcher it will run under (so ``hydra.launcher.*`` settings are checked against that launcher); a row naming
     an unknown option fails here, naming the row."""
-    from hydra import compose
-
     check_datasets(plans, manifest)
     runs_dir = runs_dir or Path("runs")
     composed: dict[tuple[str, ...], str] = {}  # a list is composed once (a quarter of the shipped tables' repeat)
@@ -211,13 +209,8 @@ def validate(plans: list[RowPlan], manifest: TableManifest, *, launcher: str = D
                     overrides = (run_overrides(plan, manifest, runs_dir, launcher, key, ordered, folder, extra)
                                  if key else [*ordered, f"{LAUNCHER_GROUP}{launcher}"])
                     if tuple(overrides) not in composed:
-                        try:
-                            cfg = compose("evaluate", overrides=overrides, return_hydra_config=True)
-                        except Exception as exc:  # Hydra raises several kinds; all mean the row is wrong
-                            raise ManifestError(
-                                f"{manifest.group}: row {plan.row.name!r} does not compose with {overrides}: {exc}"
-                            ) from exc
-                        composed[tuple(overrides)] = run_config_text(cfg)
+                        composed[tuple(overrides)] = run_config_text(compose_run(
+                            overrides, f"{manifest.group}: row {plan.row.name!r} does not compose with {overrides}"))
                     texts.append(composed[tuple(overrides)])
                 if key:
                     prints.append((folder, tuple((k, tuple(v)) for k, v in datasets.items()), texts[0]))

@@ -24,6 +24,20 @@ def evaluate_configs() -> Iterator[None]:
         yield
 
 
+def compose_run(overrides: list[str], failure: str):
+    """The config ``omnimed-evaluate`` runs under ``overrides``, Hydra's own settings included (inside
+    :func:`evaluate_configs`). A run that does not compose is a :class:`ManifestError`: ``failure``, then Hydra's
+    reason (it raises several kinds; all mean the run cannot start)."""
+    from hydra import compose
+
+    from omnimed.tables.manifest import ManifestError
+
+    try:
+        return compose("evaluate", overrides=overrides, return_hydra_config=True)
+    except Exception as exc:
+        raise ManifestError(f"{failure}: {exc}") from exc
+
+
 def run_config_text(cfg) -> str:
     """A composed ``omnimed-evaluate`` config as YAML, less what only names, groups or places the run (Hydra's own
     settings, ``run_name``, ``experiment``, ``logger.group``: each table's W&B group): two runs with the same text
@@ -55,10 +69,6 @@ def finished_runs(own: Path, runs_root: Path, keys: Iterable[str], overrides: Ca
     then the other tables' runs under ``runs_root`` (``<results>/runs``: tables 12 and 13 run the same plans), so a
     table stopped part way resumes after its finished runs and a run another table made is read, not repeated; a
     changed row, preset or config file, or a retrained model, runs again."""
-    from hydra import compose
-
-    from omnimed.tables.manifest import ManifestError
-
     finished_dirs = sorted(d.parent for d in runs_root.glob("*/**/metrics.json"))  # one walk for every key
     found = {key: sorted((d for d in finished_dirs if d.name == key), key=lambda d: d != own / key)  # own first
              for key in keys}
@@ -72,14 +82,10 @@ def finished_runs(own: Path, runs_root: Path, keys: Iterable[str], overrides: Ca
                 finished = (run_dir / "metrics.json").stat().st_mtime
                 if finished < not_before or (saved := saved_config_text(run_dir)) is None:
                     continue
-                if wanted is None:
-                    try:
-                        wanted = run_config_text(compose("evaluate", overrides=overrides(key),
-                                                         return_hydra_config=True))
-                    except Exception as exc:  # Hydra raises several kinds; validation composed it before
-                        raise ManifestError(
-                            f"the run {own / key} composed when the table started and no longer does (was conf/ or "
-                            f"a config class edited while the table ran? the same command resumes): {exc}") from exc
+                if wanted is None:  # validation composed it: a failure now means the configs changed since
+                    wanted = run_config_text(compose_run(
+                        overrides(key), f"the run {own / key} composed when the table started and no longer does "
+                        "(was conf/ or a config class edited while the table ran? the same command resumes)"))
                 if saved == wanted:
                     done[key] = (run_dir, finished)
                     break

@@ -335,11 +335,18 @@ def test_rafe_chooses_its_threshold_on_the_dev_queries_and_labels_every_query_by
 
     monkeypatch.setattr(build, "build_reranker", lambda knowledge, encoder: _OverlapReranker())
     quiet = lambda *a, **k: None  # noqa: E731
+    searched: list[str] = []  # every query the stage retrieves for
+    search_batch = kb_tiny.search_batch
+    monkeypatch.setattr(kb_tiny, "search_batch", lambda source, queries, *a, **k: (
+        searched.extend(queries), search_batch(source, queries, *a, **k))[1])
     cfg = JudgeConfig(explore=str(built["explore"].path), signal="rerank", rerank_threshold=None,
                       threshold_dev_questions=6, out=str(tmp_path / "rafe"))
     result = build_judgements(cfg, judge=built["oracle"], kb=kb_tiny, knowledge=built["knowledge"], progress=False,
                               log=quiet)
+    monkeypatch.setattr(kb_tiny, "search_batch", search_batch)
     counts = result.counts
+    explored = load_record_set(built["explore"].path, SourceQuery)
+    assert len(searched) == len(explored)  # the threshold's development queries are not retrieved a second time
     assert counts["rerank_threshold_dev/questions"] == 6 and counts["rerank_threshold_dev/queries"] == 6 * 5 * 6
     threshold = counts["rerank_threshold"]
     judged = load_record_set(result.path, SourceQuery)

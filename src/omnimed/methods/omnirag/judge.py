@@ -132,12 +132,17 @@ def build_judgements(cfg: JudgeConfig, *, judge: Any, kb: Any, knowledge: Any, r
     log(f"{STAGE}: {len(explored)} queries of {len(by_question)} questions, {len(done)} questions judged earlier, "
         f"{len(todo)} to judge -> {stage.path}")
 
-    def retrieve(asked: list[SourceQuery]) -> dict[str, list[Any]]:
-        docs: dict[str, list[Any]] = {}
-        for source in dict.fromkeys(r.source for r in asked):
-            mine = [r for r in asked if r.source == source]
+    kept: dict[str, list[Any]] = {}  # RaFe's development queries: retrieved for the threshold, judged later
+
+    def retrieve(asked: list[SourceQuery], keep: bool = False) -> dict[str, list[Any]]:
+        docs = {r.id: kept.pop(r.id) for r in asked if r.id in kept}
+        needed = [r for r in asked if r.id not in docs]
+        for source in dict.fromkeys(r.source for r in needed):
+            mine = [r for r in needed if r.source == source]
             for r, hits in zip(mine, kb.search_batch(source, [r.query for r in mine], cfg.k, method=cfg.retriever)):
                 docs[r.id] = hits
+        if keep:
+            kept.update(docs)
         return docs
 
     decide, extra = _decider(cfg, judge, kb, knowledge, by_question, questions, retrieve, log)
@@ -192,7 +197,7 @@ def _decider(cfg: JudgeConfig, judge: Any, kb: Any, knowledge: Any, by_question:
     threshold, extra = cfg.rerank_threshold, {"reranker": repr(reranker)}
     if threshold is None:
         dev = [r for qid in list(by_question)[:cfg.threshold_dev_questions] for r in by_question[qid]]
-        docs = retrieve(dev)
+        docs = retrieve(dev, keep=True)
         scores = best_rerank_scores(reranker, dev, docs, questions, kb)
         oracle = _world_oracle(knowledge)
         truth = [oracle.supports_in_part(r.question_id, [h.doc_id for h in docs[r.id]]) for r in dev]

@@ -337,8 +337,12 @@ def test_rafe_chooses_its_threshold_on_the_dev_queries_and_labels_every_query_by
     quiet = lambda *a, **k: None  # noqa: E731
     searched: list[str] = []  # every query the stage retrieves for
     search_batch = kb_tiny.search_batch
-    monkeypatch.setattr(kb_tiny, "search_batch", lambda source, queries, *a, **k: (
-        searched.extend(queries), search_batch(source, queries, *a, **k))[1])
+
+    def counted(source, queries, *args, **kwargs):
+        searched.extend(queries)
+        return search_batch(source, queries, *args, **kwargs)
+
+    monkeypatch.setattr(kb_tiny, "search_batch", counted)
     cfg = JudgeConfig(explore=str(built["explore"].path), signal="rerank", rerank_threshold=None,
                       threshold_dev_questions=6, out=str(tmp_path / "rafe"))
     result = build_judgements(cfg, judge=built["oracle"], kb=kb_tiny, knowledge=built["knowledge"], progress=False,

@@ -12,7 +12,7 @@ mean score per oracle relevance grade (A states the whole answer, D outdated or 
 
     .venv/bin/python scripts/polyrag_views_probe.py treatment policy 128 --split dev \\
         --utility-encoder checkpoints/utility_embed/polyrag-utility-embed-miniature/hf \\
-        --relevance-judge checkpoints/polyrag_judge/polyrag-relevance-judge-miniature/hf
+        --relevance-judge checkpoints/polyrag_judge/polyrag-relevance-judge-miniature-open-kinds/hf
 """
 
 from __future__ import annotations

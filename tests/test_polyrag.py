@@ -535,9 +535,13 @@ def test_table1_runs_polyrag_once_per_domain_with_that_domains_weights():
     assert baseline[0] == "" and len(baseline[1]) == 3
     assert any("polyrag-utility-embed-miniature/hf" in o for o in plans["POLYRAG"].overrides)
     # R is the trained relevance judge, as in the paper (the judges table measured it against the encoder cosine)
-    assert any(o.startswith("pipeline.relevance_judge=") and o.endswith("polyrag-relevance-judge-miniature/hf")
-               for o in plans["POLYRAG"].overrides)
-    assert [s.creates for s in m.prepare["miniature"]][-1].endswith("polyrag-relevance-judge-miniature/hf")
+    judge = "polyrag-relevance-judge-miniature-open-kinds/hf"
+    assert any(o.startswith("pipeline.relevance_judge=") and o.endswith(judge) for o in plans["POLYRAG"].overrides)
+    *_, pairs, training = m.prepare["miniature"]
+    assert training.creates.endswith(judge)
+    # the judge learns the open questions' pairs too (table 2 asks them) and takes three passes to keep every kind
+    assert "stage.open_questions=true" in pairs.command and "trainer.max_steps=840" in training.command
+    assert any(a.startswith("data.path=") and a.endswith(pairs.creates.rsplit("/", 1)[0]) for a in training.command)
 
 
 def test_the_embedder_and_judge_presets_compose_with_the_papers_settings():

@@ -165,6 +165,21 @@ def test_open_questions_have_reference_answers_and_covering_gold(world: World) -
         assert world.oracle.support(o, o.reference_answer, o.gold_passages[0]) in ("full", "partial")
 
 
+
+def test_a_statement_that_only_restates_the_open_question_is_not_counted_correct(world: World) -> None:
+    """PolyRAG's table 2 counts correct statements: echoing the question names its subject, which the reference
+    names too, but states nothing of the answer."""
+    verdict = world.oracle.statement_verdict
+    for q in world.open_questions:
+        assert verdict(q, q.question) == "not_mentioned"
+        assert verdict(q, q.reference_answer) == "correct"
+        for term in q.metadata["key_terms"]:
+            assert verdict(q, f"{q.question.rstrip('.?')} involves {term}.") == "correct"
+        other = next(p for p in world.open_questions if p.metadata["subject"] != q.metadata["subject"])
+        wrong = [t for t in other.metadata["key_terms"] if t not in q.reference_answer]
+        assert not wrong or verdict(q, f"It involves {wrong[0]}.") == "incorrect"
+
+
 # ------------------------------------------------------------------------------------------------ oracle
 def test_oracle_gold_is_relevant_and_fully_supported_distractors_are_not(world: World) -> None:
     o = world.oracle

@@ -85,6 +85,7 @@ class _Spec:
     key_terms: tuple[str, ...] = ()
     reference: str = ""
     needs_retrieval: bool = True
+    asked: str = ""  # the question's own text: naming what it names answers nothing
 
 
 @dataclass(slots=True)
@@ -182,6 +183,7 @@ class Oracle:
             key_terms=tuple(meta.get("key_terms", ())),
             reference=record.reference_answer if isinstance(record, OpenQuestion) else "",
             needs_retrieval=bool(meta.get("needs_retrieval", True)),
+            asked=record.question if isinstance(record, OpenQuestion) else "",
         )
 
     # ------------------------------------------------------------------------------------------ resolution
@@ -260,15 +262,16 @@ class Oracle:
     def statement_verdict(self, question: QuestionLike, statement: str) -> str:
         """PolyRAG's judgement of one statement of a long-form answer against the reference answer:
         ``incorrect`` when it names a world concept the reference does not (a wrong drug, gene, symptom...),
-        else ``correct`` when it names concepts of the reference or states a key term of the answer, else
-        ``not_mentioned``."""
+        else ``correct`` when it names a concept of the reference that the question does not name, or states a key
+        term of the answer, else ``not_mentioned``: a statement that only restates the question ("Trourbitis: how
+        it presents, ...") claims nothing, though it names the question's subject."""
         spec = self._spec(question)
         reference = _norm(spec.reference)
         named = self._concepts_in(statement)
         if any(name not in reference for name in named):
             return "incorrect"
         text = _norm(statement)
-        if named or any(t.lower() in text for t in spec.key_terms):  # every concept it names is in the reference
+        if named - self._concepts_in(spec.asked) or any(t.lower() in text for t in spec.key_terms):
             return "correct"
         return "not_mentioned"
 

@@ -245,6 +245,24 @@ def test_the_call_cache_lives_under_the_runs_cache_unless_the_environment_names_
     assert own.path.parent == tmp_path / "own"
 
 
+def test_an_oracle_reply_cached_under_other_rules_is_not_served(tmp_path, world_tiny, monkeypatch):
+    """The oracle's replies are its code's rules, not a model's weights: a verdict cached before a rule changed is
+    stale, so the call cache keys oracle replies by a digest of the rules' source (and the world's knobs)."""
+    import omnimed.generation.oracle as oracle_module
+
+    q = world_tiny.open_questions[0]
+    echo = [Request("", {"task": "judge_statement", "question_id": q.id, "statement": q.question})]
+    with monkeypatch.context() as old_rules:
+        old_rules.setattr(oracle_module, "rules_digest", lambda: "before")
+        old_rules.setattr(type(world_tiny.oracle), "statement_verdict", lambda self, question, statement: "correct")
+        for _ in range(2):  # under the same rules the second process is served from the cache
+            stale = CachedBackend(OracleBackend(world_tiny), tmp_path)
+            assert stale.generate(echo, SamplingParams())[0][0].text == "<label>correct</label>"
+        assert (stale.hits, stale.misses) == (1, 0)
+    now = CachedBackend(OracleBackend(world_tiny), tmp_path)
+    assert now.generate(echo, SamplingParams())[0][0].text == "<label>not_mentioned</label>"
+    assert (now.hits, now.misses) == (0, 1)
+    assert str(world_tiny.difficulty) in now.identity and oracle_module.rules_digest() in now.identity
 def test_cache_resumes_an_interrupted_stage_and_retries_failures(tmp_path):
     reqs = [Request(f"q{i}") for i in range(10)]
     first = CachedBackend(Counting(fail_after=8), tmp_path, batch_size=4)

@@ -22,8 +22,11 @@ with (after ``meta["assistant_prefix"]``) and :data:`UNLIKELY` for every other o
 
 from __future__ import annotations
 
+import functools
+import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from omnimed.generation.render import assistant_prefix
@@ -112,6 +115,15 @@ def _passage_utility(b: OracleBackend, m: dict[str, Any]) -> Reply:
     return _token(b.oracle.passage_utility_token(b.question(m["question_id"]), m["passage_id"]))
 
 
+@functools.cache
+def rules_digest() -> str:
+    """A digest of the oracle's rules: this module's and the world oracle's source."""
+    from omnimed.data.world import oracle as world_oracle
+
+    sources = (Path(__file__), Path(world_oracle.__file__))
+    return hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()[:12]
+
+
 class OracleBackend:
     """``world_or_oracle``: a ``World`` (its oracle and its records), or a bare ``Oracle`` plus the ``questions``
     records (needed by ``answer_mcq`` to know option letters; other tasks work with ids alone)."""
@@ -125,10 +137,15 @@ class OracleBackend:
             self.oracle = world.oracle
             records = [*world.questions, *world.open_questions, *world.instructions, *records]
             self.model_id = model_id or f"world-{world.seed}-{world.size}"
+            knobs = f" {world.difficulty}"
         else:
             self.oracle = world_or_oracle
             self.model_id = model_id or "oracle"
+            knobs = ""
         self.records = {r.id: r for r in records}
+        # what keys its replies in the call cache: the world's difficulty and the rules' code too, so that a reply
+        # cached before a rule changed (or from a world built with other knobs) is never served as this one's
+        self.cache_identity = f"{self.model_id}{knobs} rules {rules_digest()}"
 
     def __repr__(self) -> str:
         return f"OracleBackend({self.model_id})"

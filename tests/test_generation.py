@@ -263,6 +263,8 @@ def test_an_oracle_reply_cached_under_other_rules_is_not_served(tmp_path, world_
     assert now.generate(echo, SamplingParams())[0][0].text == "<label>not_mentioned</label>"
     assert (now.hits, now.misses) == (0, 1)
     assert str(world_tiny.difficulty) in now.identity and oracle_module.rules_digest() in now.identity
+
+
 def test_cache_resumes_an_interrupted_stage_and_retries_failures(tmp_path):
     reqs = [Request(f"q{i}") for i in range(10)]
     first = CachedBackend(Counting(fail_after=8), tmp_path, batch_size=4)

@@ -165,7 +165,6 @@ def test_open_questions_have_reference_answers_and_covering_gold(world: World) -
         assert world.oracle.support(o, o.reference_answer, o.gold_passages[0]) in ("full", "partial")
 
 
-
 def test_a_statement_that_only_restates_the_open_question_is_not_counted_correct(world: World) -> None:
     """PolyRAG's table 2 counts correct statements: echoing the question names its subject, which the reference
     names too, but states nothing of the answer."""

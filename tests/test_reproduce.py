@@ -662,6 +662,7 @@ def test_a_stopped_table_resumes_after_its_finished_runs_and_reruns_what_changed
     now, and a table whose run another table already made (tables 12 and 13) reads it. A run is run again when
     its overrides compose to another config, when a prepared artifact (a model it reads) is newer than it, or under
     --rerun; a run without metrics.json (failed, stopped) always runs."""
+    from omnimed.code_version import source_digest
     from omnimed.tables.reproduce import plan_rows, prepared_at, run_overrides, sweeps, validate
     from omnimed.tables.resume import finished_runs
 
@@ -685,6 +686,7 @@ def test_a_stopped_table_resumes_after_its_finished_runs_and_reruns_what_changed
     assert (run / "metrics.json").stat().st_mtime_ns == first  # not run again
     row = next(csv.DictReader((out / "table1.csv").open()))
     assert row["status"] == "measured" and row["ours"] == ours
+    assert "other code" not in (out / "table1.md").read_text()
     dry = reproduce_cli(str(path), "--dry-run", f"paths.root={tmp_path}", cwd=tmp_path)  # says what would be kept
     assert dry.returncode == 0 and "world: kept, the run that finished" in " ".join((dry.stdout + dry.stderr).split())
     # another table whose row computes the same run (its own W&B group) reads table1's, not running it again
@@ -722,5 +724,32 @@ def test_a_stopped_table_resumes_after_its_finished_runs_and_reruns_what_changed
     res = reproduce_cli(str(path), "--rerun", f"paths.root={tmp_path}", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "kept" not in res.stdout + res.stderr
+    assert json.loads((run / "code.json").read_text())["source"] == source_digest()
     assert (run / "metrics.json").is_file()
     assert next(csv.DictReader((out / "table1.csv").open()))["ours"] == ours
+
+
+def test_a_kept_run_that_other_code_computed_is_named_in_the_log_and_the_report(tmp_path):
+    """A run is kept when its config is today's, but a change to a metric or a pipeline leaves the config as it
+    was: the kept run's code record (code.json) is compared with today's source, and a run computed by other code,
+    or before runs recorded their code, is named where the researcher reads the table, with --rerun as the cure."""
+    from omnimed.code_version import CODE_FILE, code_version, other_code
+
+    path = manifest(tmp_path, [ROWS[0]])
+    res = reproduce_cli(str(path), f"paths.root={tmp_path}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = tmp_path / "experiments" / "demo" / "results"
+    run = out / "runs" / "table1" / "bm25" / "world"
+    assert other_code(run) is None  # this code computed it
+    older = {**code_version(), "source": "0" * 64, "commit": None}
+    (run / CODE_FILE).write_text(json.dumps(older))
+    assert other_code(run) == "computed by other code (outside git): the package's source differs from today's"
+    res = reproduce_cli(str(path), f"paths.root={tmp_path}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    log = " ".join((res.stdout + res.stderr).split())
+    assert "world: kept, the run that finished" in log and "but it was computed by other code (outside git)" in log
+    report = " ".join((out / "table1.md").read_text().split())
+    assert "Read from runs computed by other code (outside git): the package's source differs from today's: BM25 / " \
+        "World." in report
+    (run / CODE_FILE).unlink()  # a run from before the record
+    assert "no code.json" in other_code(run)

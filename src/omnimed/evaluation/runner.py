@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from omnimed.code_version import CODE_FILE, code_version
 from omnimed.data.artifacts import atomic_path, atomic_write_json
 
 log = logging.getLogger(__name__)
@@ -24,7 +25,7 @@ FAILED_FILE = "failed.json"
 def start_run(output_dir: Path) -> None:
     """Clear the result files an earlier run left in ``output_dir`` (a reproduced table reuses its run folders), so
     a run that fails now never shows the earlier run's numbers."""
-    for name in ("metrics.json", FAILED_FILE):
+    for name in ("metrics.json", FAILED_FILE, CODE_FILE):
         (output_dir / name).unlink(missing_ok=True)
 
 
@@ -59,15 +60,16 @@ def write_predictions(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
 def finish_run(cfg: Any, output_dir: Path, *, rows: Sequence[Mapping[str, Any]], metrics: Mapping[str, float],
                run_name: str, job_type: str, lineage: Mapping[str, Any], tables: Tables | None = None,
                files: Mapping[str, Any] | None = None) -> str | None:
-    """Write ``predictions.jsonl``, ``metrics.json`` (and ``files``: name -> JSON-able) into ``output_dir``; log
-    the metrics, ``lineage`` and, on W&B, ``tables`` under ``cfg.run_name`` (else ``run_name``) in the run's group.
-    Returns the logger's folder (None without a logger)."""
+    """Write ``predictions.jsonl``, ``metrics.json``, the code that computed them (:data:`CODE_FILE`) and ``files``
+    (name -> JSON-able) into ``output_dir``; log the metrics, ``lineage`` and, on W&B, ``tables`` under
+    ``cfg.run_name`` (else ``run_name``) in the run's group. Returns the logger's folder (None without a logger)."""
     from omegaconf import OmegaConf
 
     from omnimed.evaluation.identity import group_and_tags
     from omnimed.tracking import build_logger, close_logger, is_wandb, log_evaluation, log_lineage, use_models
 
     write_predictions(output_dir / "predictions.jsonl", rows)
+    atomic_write_json(output_dir / CODE_FILE, code_version())
     atomic_write_json(output_dir / "metrics.json", dict(metrics))
     for name, obj in (files or {}).items():
         atomic_write_json(output_dir / name, obj)
@@ -85,7 +87,8 @@ def finish_run(cfg: Any, output_dir: Path, *, rows: Sequence[Mapping[str, Any]],
         for key, (columns, data) in (tables or {}).items():
             logger.log_table(key, columns=list(columns), data=[list(r) for r in data])
         models = use_models(logger, config)
-        outputs = [output_dir / "predictions.jsonl", output_dir / "metrics.json", *(output_dir / n for n in files or {})]
+        outputs = [output_dir / "predictions.jsonl", output_dir / "metrics.json", output_dir / CODE_FILE,
+                   *(output_dir / n for n in files or {})]
         log_evaluation(logger, f"eval-{cfg.run_name or run_name}", outputs,
                        {"group": group, "job_type": cfg.logger.job_type or job_type, "models": models,
                         "metrics": dict(metrics)})  # nested: W&B allows 100 top-level keys, a retrieval run has more

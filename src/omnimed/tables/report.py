@@ -33,6 +33,7 @@ class Cell:
     outcomes: Optional[dict[str, bool | float]] = field(default=None, repr=False)
     same_as: str = ""  # the row whose run this cell is (the two rows compose to the same config at this preset)
     skew: Optional[tuple[str, int, int]] = None  # the answer given most often, to how many, of how many predictions
+    other_code: str = ""  # set when the run was computed by other code than today's (omnimed.code_version)
 
 
 #: a cell whose run gives one answer to at least this share of its questions is reported as measuring that answer's
@@ -164,6 +165,19 @@ def skew_lines(manifest: TableManifest, cells: dict[str, dict[str, Cell]]) -> li
                 "is that answer's share of the gold answers: the reader does not use what the row gives it."]
 
 
+def other_code_lines(manifest: TableManifest, cells: dict[str, dict[str, Cell]]) -> list[str]:
+    """The cells read from runs that other code than today's computed (a run kept from before a change), grouped by
+    what differs: their config is today's, their code may not be."""
+    found: dict[str, list[str]] = {}
+    for row in manifest.rows:
+        for col in manifest.columns:
+            if (c := cells.get(row.name, {}).get(col)) and c.other_code:
+                found.setdefault(c.other_code, []).append(f"{row.name} / {col}")
+    return [line for note, where in found.items() for line in (
+        "", f"Read from runs {note}: {', '.join(where)}. Their config is today's; `--rerun` computes them with "
+            "today's code.")]
+
+
 def paired_lines(manifest: TableManifest, cells: dict[str, dict[str, Cell]]) -> list[str]:
     """Every other row's paired (by question) difference from the ``paired_against`` row, per column, on the
     paper's scale: what tells a reader which of the method's gains this run separates. A row whose run is another
@@ -250,6 +264,7 @@ def markdown(manifest: TableManifest, cells: dict[str, dict[str, Cell]], preset:
             lines.append(f"Every row has the same outcome on every question of: {', '.join(alike)}; there the run "
                          "tells no two rows apart, whatever their true difference (the 0 above is not a resolution).")
     lines += skew_lines(manifest, cells)
+    lines += other_code_lines(manifest, cells)
     lines += paired_lines(manifest, cells)
     if shared := shared_runs(manifest, cells):
         lines += ["", f"Rows run once at `{preset}` (their overrides compose to the same `omnimed-evaluate` config "

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 from pathlib import Path
 
+from omnimed.code_version import other_code
 from omnimed.data.artifacts import atomic_write_text
 from omnimed.evaluation.datasets import dataset_status, known_datasets
 from omnimed.evaluation.runner import FAILED_FILE
@@ -310,8 +311,8 @@ def run_prepare(manifest: TableManifest, preset: str, runs_dir: Path, extra: lis
 
 
 def read_cell(run_dir: Path, manifest: TableManifest, column: str) -> Cell:
-    """Our number for one (run, column), on the paper's scale; a run without metrics.json is ``failed``, with the
-    reason it left in failed.json."""
+    """Our number for one (run, column), on the paper's scale, and whether other code than today's computed it; a
+    run without metrics.json is ``failed``, with the reason it left in failed.json."""
     path = run_dir / "metrics.json"
     if not path.is_file():
         failed = run_dir / FAILED_FILE
@@ -332,7 +333,7 @@ def read_cell(run_dir: Path, manifest: TableManifest, column: str) -> Cell:
 
     return Cell(ours=metrics[key] * s, low=scaled(f"{key}_ci_low"), high=scaled(f"{key}_ci_high"),
                 n=metrics.get("n"), status="measured", run_dir=str(run_dir), outcomes=question_outcomes(run_dir, key),
-                skew=answer_skew(run_dir) if key == "accuracy" else None)
+                skew=answer_skew(run_dir) if key == "accuracy" else None, other_code=other_code(run_dir) or "")
 
 
 def column_resolution(manifest: TableManifest, cells: dict[str, dict[str, Cell]]) -> Detectable:
@@ -501,7 +502,7 @@ def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_d
                 where = "" if run_dir == runs_dir / plan.slug / folder / key else f" in {run_dir}"
                 log(f"  {key}{' (' + folder + ')' if folder else ''}: kept, the run that finished "
                     f"{datetime.fromtimestamp(when):%Y-%m-%d %H:%M}{where} computes what this one would "
-                    "(--rerun runs it again)")
+                    "(--rerun runs it again)" + (f"; but it was {note}" if (note := other_code(run_dir)) else ""))
             if dry_run:  # what a real run would keep is shown; nothing runs
                 continue
             todo = {key: cols for key, cols in datasets.items() if key not in done}

@@ -751,5 +751,7 @@ def test_a_kept_run_that_other_code_computed_is_named_in_the_log_and_the_report(
     report = " ".join((out / "table1.md").read_text().split())
     assert "Read from runs computed by other code (outside git): the package's source differs from today's: BM25 / " \
         "World." in report
+    (run / CODE_FILE).write_text("{torn")  # a damaged record says so instead of failing the report
+    assert other_code(run).startswith(f"computed by unknown code ({run / CODE_FILE} unreadable")
     (run / CODE_FILE).unlink()  # a run from before the record
     assert "no code.json" in other_code(run)

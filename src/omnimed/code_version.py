@@ -52,7 +52,12 @@ def other_code(run_dir: Path) -> str | None:
     path = run_dir / CODE_FILE
     if not path.is_file():
         return "computed before runs recorded their code (no code.json; today's code may differ)"
-    saved: Mapping[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        saved: Mapping[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return f"computed by unknown code ({path} unreadable: {exc})"
+    if not isinstance(saved, Mapping):
+        return f"computed by unknown code ({path} holds no JSON object)"
     if saved.get("source") == source_digest():
         return None
     commit = saved.get("commit")

@@ -662,9 +662,9 @@ def test_a_stopped_table_resumes_after_its_finished_runs_and_reruns_what_changed
     now, and a table whose run another table already made (tables 12 and 13) reads it. A run is run again when
     its overrides compose to another config, when a prepared artifact (a model it reads) is newer than it, or under
     --rerun; a run without metrics.json (failed, stopped) always runs."""
-    from omnimed.code_version import source_digest
     from omnimed.tables.reproduce import plan_rows, prepared_at, run_overrides, sweeps, validate
     from omnimed.tables.resume import finished_runs
+    from omnimed.tracking import source_digest
 
     path = manifest(tmp_path, [ROWS[0]])
     data = yaml.safe_load(path.read_text())
@@ -733,7 +733,7 @@ def test_a_kept_run_that_other_code_computed_is_named_in_the_log_and_the_report(
     """A run is kept when its config is today's, but a change to a metric or a pipeline leaves the config as it
     was: the kept run's code record (code.json) is compared with today's source, and a run computed by other code,
     or before runs recorded their code, is named where the researcher reads the table, with --rerun as the cure."""
-    from omnimed.code_version import CODE_FILE, code_version, other_code
+    from omnimed.tracking import CODE_FILE, code_version, other_code
 
     path = manifest(tmp_path, [ROWS[0]])
     res = reproduce_cli(str(path), f"paths.root={tmp_path}", cwd=tmp_path)

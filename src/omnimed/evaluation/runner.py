@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from omnimed.code_version import CODE_FILE, code_version
 from omnimed.data.artifacts import atomic_path, atomic_write_json
+from omnimed.tracking import CODE_FILE, code_version
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ class Cell:
     outcomes: Optional[dict[str, bool | float]] = field(default=None, repr=False)
     same_as: str = ""  # the row whose run this cell is (the two rows compose to the same config at this preset)
     skew: Optional[tuple[str, int, int]] = None  # the answer given most often, to how many, of how many predictions
-    other_code: str = ""  # set when the run was computed by other code than today's (omnimed.code_version)
+    other_code: str = ""  # set when the run was computed by other code than today's (omnimed.tracking.other_code)
 
 
 #: a cell whose run gives one answer to at least this share of its questions is reported as measuring that answer's

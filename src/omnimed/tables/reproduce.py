@@ -19,7 +19,6 @@ from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 from pathlib import Path
 
-from omnimed.code_version import other_code
 from omnimed.data.artifacts import atomic_write_text
 from omnimed.evaluation.datasets import dataset_status, known_datasets
 from omnimed.evaluation.runner import FAILED_FILE
@@ -34,6 +33,7 @@ from omnimed.tables.manifest import (
 )
 from omnimed.tables.report import Cell, Detectable, write_report
 from omnimed.tables.resume import compose_run, evaluate_configs, finished_runs, run_config_text
+from omnimed.tracking import other_code
 
 MINIATURE = "miniature"
 DEFAULT_TRAINING_SEED = 0  # conf/train.yaml's seed: what a table trains with unless --training-seeds says otherwise

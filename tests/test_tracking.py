@@ -64,3 +64,26 @@ def test_an_evaluation_finds_the_trained_models_its_config_points_at(tmp_path):
         "reader-reader-miniature": (tmp_path / "reader" / "reader-miniature" / "hf").resolve(),
         "generator-gen-1": (tmp_path / "generator" / "gen 1" / "hf").resolve(),
     }
+
+
+def test_a_run_is_credited_to_the_code_it_started_with_not_to_an_edit_made_while_it_ran(tmp_path, monkeypatch):
+    """An evaluation takes its code's version when it starts (``start_run``); an edit to the package while it
+    computes (a commit during an hours-long table) changes the next run's record, not this one's."""
+    from omnimed import tracking
+    from omnimed.evaluation.runner import start_run
+
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "sub" / "metric.py").write_text("SCALE = 100\n")
+    monkeypatch.setattr(tracking, "PACKAGE", package)
+    tracking._code_version.cache_clear()
+    try:
+        start_run(tmp_path)
+        started = tracking.code_version()
+        (package / "sub" / "metric.py").write_text("SCALE = 1\n")  # edited while the run computes
+        assert tracking.code_version() == started
+        assert tracking.log_lineage(None, {})["git"] == started  # the logged lineage names the same code
+        tracking._code_version.cache_clear()  # the next process
+        assert tracking.source_digest() != started["source"]
+    finally:
+        tracking._code_version.cache_clear()

@@ -11,7 +11,6 @@ read back with ``wandb leet inspect --json RUN.wandb`` or synced later with ``wa
 
 from __future__ import annotations
 
-import hashlib
 import json
 import netrc
 import os
@@ -24,7 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
 
-from omnimed.data.artifacts import package_versions
+from omnimed.data.artifacts import files_digest, package_versions
 
 # a key that holds a secret: api_key, hf_token, access_token, password, ... but not special_tokens, pad_token or
 # max_new_tokens, which are configuration the run must record
@@ -68,19 +67,21 @@ CODE_FILE = "code.json"
 PACKAGE = Path(__file__).resolve().parent
 
 
-@lru_cache(maxsize=1)
 def source_digest() -> str:
     """sha256 over the package's Python files (their paths and bytes): equal digests, the same code."""
-    digest = hashlib.sha256()
-    for path in sorted(PACKAGE.rglob("*.py")):
-        digest.update(path.relative_to(PACKAGE).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
+    return _code_version()["source"]
 
 
 def code_version() -> dict[str, Any]:
     """What :data:`CODE_FILE` holds: the source digest, the commit and whether the checkout had uncommitted
-    changes (commit and dirty are None outside git)."""
-    return {"source": source_digest(), **git_state(PACKAGE)}
+    changes (commit and dirty are None outside git). Taken once per process, at first call (an evaluation's
+    ``start_run``), so an edit made while a run computes is not credited to it."""
+    return dict(_code_version())
+
+
+@lru_cache(maxsize=1)
+def _code_version() -> dict[str, Any]:
+    return {"source": files_digest(PACKAGE, PACKAGE.rglob("*.py")), **git_state(PACKAGE)}
 
 
 @lru_cache(maxsize=32)
@@ -191,12 +192,12 @@ def build_logger(
 
 
 def log_lineage(logger, config: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Record the resolved config (secrets scrubbed), package versions, git state and ``extra`` (e.g. dataset
+    """Record the resolved config (secrets scrubbed), package versions, the code's version and ``extra`` (e.g. dataset
     fingerprints) with the logger; returns what was logged."""
     lineage = {
         "config": scrub_secrets(config),
         "versions": package_versions(),
-        "git": git_state(Path(__file__).resolve().parent),
+        "git": code_version(),
         **(extra or {}),
     }
     if logger is None:

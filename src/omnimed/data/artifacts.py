@@ -173,6 +173,18 @@ def settings_key(settings: Any, length: int = 12) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:length]
 
 
+def files_digest(root: Path, files: Iterable[Path]) -> str:
+    """sha256 (hex) over ``files`` in path order, each as its path relative to ``root`` then its bytes: equal
+    digests, the same files with the same contents (model weights, a package's source)."""
+    digest = hashlib.sha256()
+    for path in sorted(files):
+        digest.update(str(path.relative_to(root)).encode())
+        with path.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 22), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
 PACKAGES = (
     "omnimed", "torch", "lightning", "transformers", "peft", "trl", "datasets", "accelerate", "deepspeed",
     "hydra-core", "wandb", "sentence-transformers", "tokenizers", "safetensors",

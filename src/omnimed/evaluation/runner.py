@@ -24,7 +24,8 @@ FAILED_FILE = "failed.json"
 
 def start_run(output_dir: Path) -> None:
     """Clear the result files an earlier run left in ``output_dir`` (a reproduced table reuses its run folders), so
-    a run that fails now never shows the earlier run's numbers."""
+    a run that fails now never shows the earlier run's numbers; takes the code's version now, before it runs."""
+    code_version()
     for name in ("metrics.json", FAILED_FILE, CODE_FILE):
         (output_dir / name).unlink(missing_ok=True)
 

@@ -97,15 +97,11 @@ def check_fingerprint(stored: dict[str, Any] | None, expected: dict[str, Any] | 
 
 
 def _weights_digest(folder: Path) -> str:
-    """sha256 over the weight files of a local model folder (names and contents), the first 16 hex digits."""
-    digest = hashlib.sha256()
-    for path in sorted(folder.rglob("*")):
-        if path.suffix in (".safetensors", ".bin") and path.is_file():
-            digest.update(str(path.relative_to(folder)).encode())
-            with path.open("rb") as fh:
-                for block in iter(lambda: fh.read(1 << 22), b""):
-                    digest.update(block)
-    return digest.hexdigest()[:16]
+    """The first 16 hex digits of the weight files' digest (names and contents) of a local model folder."""
+    from omnimed.data.artifacts import files_digest
+
+    weights = (p for p in folder.rglob("*") if p.suffix in (".safetensors", ".bin") and p.is_file())
+    return files_digest(folder, weights)[:16]
 
 
 def _model_entry(cfg: ModelConfig) -> dict[str, Any]:

@@ -657,6 +657,26 @@ def test_rows_that_compose_to_the_same_run_at_a_preset_run_once_and_the_table_sa
     assert "the same run as" not in paper.stdout + paper.stderr
 
 
+def test_a_prepare_step_whose_folder_a_stopped_run_left_half_there_says_so(tmp_path):
+    """A training run stopped before its export leaves the checkpoint folder without ``hf/``: the step runs again,
+    and the log says why the folder that is there does not count (a failing step still stops the table)."""
+    from omnimed.tables.reproduce import run_prepare
+
+    path = manifest(tmp_path, [ROWS[0]])
+    data = yaml.safe_load(path.read_text())
+    data["prepare"] = {"miniature": [{"name": "a model", "command": ["omnimed-data", "no_such_command"],
+                                      "creates": "checkpoints/model/hf"}]}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    half = tmp_path / "checkpoints" / "model"
+    half.mkdir(parents=True)
+    (half / "config.yaml").write_text("seed: 0\n")
+    (half / "versions.json").write_text("{}\n")
+    lines: list[str] = []
+    with pytest.raises(ManifestError, match="prepare step 'a model' failed"):
+        run_prepare(load_manifest(path), "miniature", tmp_path / "runs", [f"paths.root={tmp_path}"], log=lines.append)
+    assert f"running ({half} holds config.yaml, versions.json but no hf: an earlier run stopped first)" in lines[0]
+
+
 def test_a_stopped_table_resumes_after_its_finished_runs_and_reruns_what_changed(tmp_path):
     """Table 7's rows take hours: a table stopped part way resumes, keeping each run that finished as it would run
     now, and a table whose run another table already made (tables 12 and 13) reads it. A run is run again when

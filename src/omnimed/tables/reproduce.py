@@ -302,7 +302,9 @@ def run_prepare(manifest: TableManifest, preset: str, runs_dir: Path, extra: lis
             continue
         runs_dir.mkdir(parents=True, exist_ok=True)
         log_file = runs_dir / f"prepare-{slug(step.name)}.log"
-        log(f"prepare [{i}/{len(steps)}] {step.name}: running, log in {log_file}")
+        held = sorted(p.name for p in target.parent.iterdir()) if target.parent.is_dir() else []
+        why = f" ({target.parent} holds {', '.join(held[:4])} but no {target.name}: an earlier run stopped first)"
+        log(f"prepare [{i}/{len(steps)}] {step.name}: running{why if held else ''}, log in {log_file}")
         with log_file.open("w") as fh:
             res = subprocess.run(_step_command(step, extra), stdout=fh, stderr=subprocess.STDOUT)
         if res.returncode != 0 or not target.exists():

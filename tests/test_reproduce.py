@@ -693,12 +693,23 @@ def test_a_stopped_table_resumes_after_its_finished_runs_and_reruns_what_changed
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     model = tmp_path / "checkpoints" / "model" / "hf"
     model.mkdir(parents=True)  # the step's artifact exists: it is not run
-    res = reproduce_cli(str(path), f"paths.root={tmp_path}", cwd=tmp_path)
-    assert res.returncode == 0, res.stderr[-3000:]
     out = tmp_path / "experiments" / "demo" / "results"
     run = out / "runs" / "table1" / "bm25" / "world"
+    # --finished: the interim report of what finished, running nothing (here: nothing yet)
+    res = reproduce_cli(str(path), "--finished", f"paths.root={tmp_path}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert not run.exists()
+    assert next(csv.DictReader((out / "table1.csv").open()))["status"].startswith("not run yet")
+    res = reproduce_cli(str(path), f"paths.root={tmp_path}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
     first = (run / "metrics.json").stat().st_mtime_ns
     ours = next(csv.DictReader((out / "table1.csv").open()))["ours"]
+    shutil.rmtree(out / "runs" / "table1-report")  # the W&B run of the table; an interim report logs none
+    res = reproduce_cli(str(path), "--finished", f"paths.root={tmp_path}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert next(csv.DictReader((out / "table1.csv").open()))["ours"] == ours
+    assert not (out / "runs" / "table1-report").exists()
+    assert reproduce_cli(str(path), "--finished", "--rerun", cwd=tmp_path).returncode == 2
 
     res = reproduce_cli(str(path), f"paths.root={tmp_path}", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]

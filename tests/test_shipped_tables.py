@@ -30,7 +30,8 @@ def test_every_runnable_row_of_every_shipped_table_composes_at_every_preset(pres
     config, or a dataset key its task does not know, would stop its table; none of the shipped tables may. A
     paper benchmark that no loader reads yet is not run: its cells are missing, with the reason."""
     from omnimed.evaluation.datasets import PENDING, dataset_status
-    from omnimed.tables.reproduce import AVERAGE, DEFAULT_TRAINING_SEED, for_training_seed, plan_rows, validate
+    from omnimed.tables.manifest import AVERAGE
+    from omnimed.tables.reproduce import DEFAULT_TRAINING_SEED, for_training_seed, plan_rows, validate
 
     root = Path(__file__).resolve().parents[1] / "experiments"
     presets = set()

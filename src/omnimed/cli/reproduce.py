@@ -5,6 +5,7 @@
     omnimed-reproduce experiments/omnirag/table4.yaml --preset paper --launcher submitit_slurm \
         hydra.launcher.gpus_per_node=1 hydra.launcher.partition=gpu   # launcher settings, checked before any run
     omnimed-reproduce experiments/selfbiorag/table9.yaml --training-seeds 0,1,2   # trained rows' spread over seeds
+    omnimed-reproduce experiments/omnirag/table7.yaml --finished   # while it runs: the report of what finished
 
 Stopped part way, the same command resumes: prepare steps whose artifact exists and runs that already finished as
 they would run now (same composed config, after the newest prepared artifact; in this table's runs or another's
@@ -73,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
                         "the table states each cell's spread over the seeds (stored for later runs)")
     parser.add_argument("--rerun", action="store_true", help="run every row again; by default a run that "
                         "already finished as it would run now, after the table's models were prepared, is kept")
+    parser.add_argument("--finished", action="store_true", help="run nothing: write the report of the runs that "
+                        "finished so far (a long table's interim view, e.g. from a second shell while it runs); the "
+                        "rest is marked 'not run yet' and nothing is logged to W&B")
     parser.add_argument("overrides", nargs="*", help="extra overrides for every run, e.g. task.limit=50")
     args = parser.parse_intermixed_args(argv)
     if args.list:
@@ -86,13 +90,13 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out) if args.out else Path(args.manifest).parent / "results"
         cells, paths = reproduce(manifest, preset=args.preset, out_dir=out, launcher=args.launcher,
                                  extra=args.overrides, dry_run=args.dry_run,
-                                 training_seeds=args.training_seeds, rerun=args.rerun,
+                                 training_seeds=args.training_seeds, rerun=args.rerun, finished_only=args.finished,
                                  # markup off: overrides hold [...]
                                  log=lambda text: console.print(text, markup=False, highlight=False))
     except ManifestError as exc:
         console.print(f"[red]omnimed-reproduce: {exc}[/red]")
         return 2
-    if paths:  # the table as a run of its W&B group, beside the runs that made it
+    if paths and not args.finished:  # the table as a run of its W&B group, beside the runs that made it
         from omnimed.tables.wandb_table import log_table_run, table_logger_settings
 
         try:

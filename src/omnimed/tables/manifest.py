@@ -24,6 +24,8 @@ from pydantic import (
 RETRIEVAL = "retrieval"
 #: a row we do not run (a closed model's published number, say)
 EXTERNAL = "external"
+#: a column's dataset that is not run: the mean of the row's other columns
+AVERAGE = "average"
 #: the console scripts a prepare step may run
 PREPARE_COMMANDS: frozenset[str] = frozenset({"omnimed-build", "omnimed-train", "omnimed-index", "omnimed-data"})
 

@@ -16,7 +16,7 @@ from typing import Optional
 
 from omnimed.data.artifacts import atomic_path, atomic_write_text
 from omnimed.tables.detectable import paired_difference
-from omnimed.tables.manifest import TableManifest
+from omnimed.tables.manifest import AVERAGE, TableManifest
 
 
 @dataclass
@@ -275,6 +275,19 @@ def markdown(manifest: TableManifest, cells: dict[str, dict[str, Cell]], preset:
     if manifest.note:
         lines += ["", f"Note: {manifest.note}"]
     return "\n".join(lines) + "\n"
+
+
+def fill_averages(manifest: TableManifest, preset: str, row_cells: dict[str, Cell]) -> None:
+    """An ``average`` column is the unweighted mean of the row's other columns, as the papers compute it; it
+    stays empty unless every other column was measured."""
+    averaged = [c for c in manifest.columns if manifest.datasets[preset][c] == AVERAGE]
+    others = [c for c in manifest.columns if c not in averaged]
+    values = [row_cells[c].ours for c in others if c in row_cells and row_cells[c].ours is not None]
+    for col in averaged:
+        if len(values) == len(others) and values:
+            row_cells[col] = Cell(ours=sum(values) / len(values), status="measured", run_dir="mean of the row")
+        else:
+            row_cells[col] = Cell(status="not run: needs every other column")
 
 
 def write_report(

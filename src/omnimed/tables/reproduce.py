@@ -24,6 +24,7 @@ from omnimed.evaluation.datasets import dataset_status, known_datasets
 from omnimed.evaluation.runner import FAILED_FILE
 from omnimed.tables.detectable import answer_skew, detectable_difference, question_outcomes
 from omnimed.tables.manifest import (
+    AVERAGE,
     ManifestError,
     PrepareStep,
     Row,
@@ -31,14 +32,13 @@ from omnimed.tables.manifest import (
     eval_tasks,
     runnable_methods,
 )
-from omnimed.tables.report import Cell, Detectable, write_report
+from omnimed.tables.report import Cell, Detectable, fill_averages, write_report
 from omnimed.tables.resume import compose_run, evaluate_configs, finished_runs, run_config_text
 from omnimed.tracking import other_code
 
 MINIATURE = "miniature"
 DEFAULT_TRAINING_SEED = 0  # conf/train.yaml's seed: what a table trains with unless --training-seeds says otherwise
 SEED_FIELD, SEED_TAG_FIELD = "{train_seed}", "{seed_tag}"  # template fields a manifest or recipe may use
-AVERAGE = "average"  # a column computed as the mean of the row's other columns, not run
 DEFAULT_LAUNCHER = "basic"
 LAUNCHER_GROUP = "hydra/launcher="
 
@@ -446,23 +446,11 @@ def stored_seed_cells(spread: dict | None, manifest: TableManifest, seeds: Seque
     return out
 
 
-def _fill_averages(manifest: TableManifest, preset: str, row_cells: dict[str, Cell]) -> None:
-    """An ``average`` column is the unweighted mean of the row's other columns, as the papers compute it; it
-    stays empty unless every other column was measured."""
-    averaged = [c for c in manifest.columns if manifest.datasets[preset][c] == AVERAGE]
-    others = [c for c in manifest.columns if c not in averaged]
-    values = [row_cells[c].ours for c in others if c in row_cells and row_cells[c].ours is not None]
-    for col in averaged:
-        if len(values) == len(others) and values:
-            row_cells[col] = Cell(ours=sum(values) / len(values), status="measured", run_dir="mean of the row")
-        else:
-            row_cells[col] = Cell(status="not run: needs every other column")
-
-
 def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_dir: Path, launcher: str,
               dry_run: bool, log, earlier: dict[int, dict[str, dict[str, Cell]]] | None = None,
-              resume_after: float | None = None) -> dict[str, dict[str, Cell]]:
-    """Run every planned row (nothing on a dry run) and collect its cells; rows that do not run say why.
+              resume_after: float | None = None, finished_only: bool = False) -> dict[str, dict[str, Cell]]:
+    """Run every planned row (nothing on a dry run; only the kept runs' cells with ``finished_only``) and collect
+    its cells; rows that do not run say why.
     ``earlier``: the cells of the training seeds already run, for the rows marked ``same_as_seed``;
     ``resume_after``: keep the runs that finished as they would run now after this time (:func:`finished_runs`),
     None to run everything again."""
@@ -493,7 +481,7 @@ def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_d
         cells[plan.row.name] = {col: Cell(status=why) for col, why in plan.pending.items()}
         if not (plan.datasets or plan.alone):
             if not dry_run:
-                _fill_averages(manifest, preset, cells[plan.row.name])
+                fill_averages(manifest, preset, cells[plan.row.name])
             continue
         for folder, datasets, extra in sweeps(plan, manifest):
             done = ({} if resume_after is None else finished_runs(
@@ -508,6 +496,10 @@ def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_d
             if dry_run:  # what a real run would keep is shown; nothing runs
                 continue
             todo = {key: cols for key, cols in datasets.items() if key not in done}
+            if finished_only:  # an interim report: the runs that finished; the rest waits for the table's run
+                cells[plan.row.name].update({col: Cell(status="not run yet: the table's run has not reached it")
+                                             for key in todo for col in todo[key]})
+                datasets, todo = {key: cols for key, cols in datasets.items() if key in done}, {}
             res = (run_row(plan, manifest, runs_dir, launcher, folder, todo, extra) if todo
                    else subprocess.CompletedProcess([], 0))
             reason = ""
@@ -523,7 +515,7 @@ def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_d
                         cell.status = f"failed: {reason[:160]}"
                     cells[plan.row.name][col] = cell
         if not dry_run:
-            _fill_averages(manifest, preset, cells[plan.row.name])
+            fill_averages(manifest, preset, cells[plan.row.name])
     return cells
 
 
@@ -537,6 +529,7 @@ def reproduce(
     dry_run: bool = False,
     training_seeds: Sequence[int] = (),
     rerun: bool = False,
+    finished_only: bool = False,
     log=print,
 ) -> tuple[dict[str, dict[str, Cell]], dict[str, Path]]:
     """Run the table's runnable rows and write its report; returns the cells and the report paths. With
@@ -545,7 +538,11 @@ def reproduce(
     which is also stored (``<table>.seeds.json``, as each seed finishes) and stated by later single-seed runs of the
     table; a seed it already holds for the rows as defined now is read back, not run again. A run that already
     finished as it would run now, after the table's models were prepared, is kept (a stopped table resumes where
-    it stopped) unless ``rerun``."""
+    it stopped) unless ``rerun``. ``finished_only``: run nothing, and write the report of the runs kept so far (a
+    long table's interim view; one training seed)."""
+    if finished_only and (len(training_seeds) > 1 or rerun or dry_run):
+        raise ManifestError("an interim report (--finished) runs nothing and reads one training seed's kept runs: it "
+                            "does not combine with --rerun, --dry-run or several --training-seeds")
     launcher, extra = split_launcher(launcher, extra)
     seeds = list(dict.fromkeys(training_seeds)) or [DEFAULT_TRAINING_SEED]
     main = DEFAULT_TRAINING_SEED if DEFAULT_TRAINING_SEED in seeds else seeds[0]
@@ -575,10 +572,11 @@ def reproduce(
         if dry_run:
             for step in seeded.prepare.get(preset, []):
                 log(f"prepare {step.name}: {' '.join(step.command)} -> {step.creates}")
-        elif any(plan.same_as_seed is None and (plan.datasets or plan.alone) for plan in plans):
+        elif not finished_only and any(plan.same_as_seed is None and (plan.datasets or plan.alone) for plan in plans):
             run_prepare(seeded, preset, runs_dir, extra, log)
         resume_after = None if rerun else prepared_at(seeded, preset, extra)
-        per_seed[seed] = _run_rows(seeded, plans, preset, runs_dir, launcher, dry_run, log, per_seed, resume_after)
+        per_seed[seed] = _run_rows(seeded, plans, preset, runs_dir, launcher, dry_run, log, per_seed, resume_after,
+                                   finished_only)
         if len(seeds) > 1 and not dry_run:  # each seed is kept as soon as it is measured, in the seeds' order
             spread = seed_spread(manifest, {s: per_seed[s] for s in seeds if s in per_seed}, preset, ran_once)
             out_dir.mkdir(parents=True, exist_ok=True)

@@ -677,6 +677,22 @@ def test_a_prepare_step_whose_folder_a_stopped_run_left_half_there_says_so(tmp_p
     assert f"running ({half} holds config.yaml, versions.json but no hf: an earlier run stopped first)" in lines[0]
 
 
+def test_an_interim_report_neither_runs_nor_composes_the_prepare_steps(tmp_path):
+    """``--finished`` reads what is on disk: a prepare step still to run (here one that does not compose) does not
+    stop it, where the table's own run refuses before anything runs."""
+    path = manifest(tmp_path, [ROWS[0]])
+    data = yaml.safe_load(path.read_text())
+    data["prepare"] = {"miniature": [{"name": "a model", "command": ["omnimed-data", "no_such_command"],
+                                      "creates": "checkpoints/model/hf"}]}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    res = reproduce_cli(str(path), "--finished", f"paths.root={tmp_path}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = tmp_path / "experiments" / "demo" / "results"
+    assert next(csv.DictReader((out / "table1.csv").open()))["status"].startswith("not run yet")
+    res = reproduce_cli(str(path), "--dry-run", f"paths.root={tmp_path}", cwd=tmp_path)
+    assert res.returncode == 2 and "prepare step 'a model' does not compose" in res.stderr
+
+
 def test_a_stopped_table_resumes_after_its_finished_runs_and_reruns_what_changed(tmp_path):
     """Table 7's rows take hours: a table stopped part way resumes, keeping each run that finished as it would run
     now, and a table whose run another table already made (tables 12 and 13) reads it. A run is run again when

@@ -68,7 +68,8 @@ PACKAGE = Path(__file__).resolve().parent
 
 
 def source_digest() -> str:
-    """sha256 over the package's Python files (their paths and bytes): equal digests, the same code."""
+    """sha256 over the package's Python files (their paths and bytes): equal digests, the same code. Taken once
+    per process, with :func:`code_version`, so it names the code the process started with."""
     return _code_version()["source"]
 
 

@@ -553,7 +553,8 @@ def reproduce(
         plans = plan_rows(seeded, preset, extra)
         runs_dir = out_dir / "runs" / f"{manifest.table}{seed_tag(seed)}"
         validate(plans, seeded, launcher=launcher, runs_dir=runs_dir)
-        validate_prepare(seeded, preset, extra)
+        if not finished_only:  # an interim report runs no prepare step
+            validate_prepare(seeded, preset, extra)
         runs[seed] = (seeded, plans, runs_dir)
     plans_by_seed = {seed: plans for seed, (_, plans, _) in runs.items()}
     mark_seed_independent_runs(plans_by_seed)

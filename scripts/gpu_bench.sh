@@ -24,6 +24,8 @@
 #                 bf16; the judges are SmolLM2-135M and the utility encoder all-MiniLM-L6-v2 with their own configs
 #                 and tokenizers (carried in .gpu-data/models by `data`) and random weights made there: a judge's
 #                 score is one forward pass, so the weights do not change the time
+#   goals-1b      issue 18's two goals in one session: one GPU with Liger on both sides (MFU), ZeRO-3 with Liger on
+#                 both sides, then TRL's ZeRO-3 step with its defaults alone (1.2x TRL)
 #   rss-trace     our side's host memory at each step phase on the GPU (scripts/rss_trace.py): with and without the
 #                 lean MLP, and under ZeRO-3
 #
@@ -76,7 +78,7 @@ for name in ("smollm2-135m", "minilm-l6"):  # what the models are, without what 
 EOF
 fi
 
-scenarios=${1:?usage: scripts/gpu_bench.sh wheels | data | zero3-1b | single-1b | bf16-vs-fp32 | all | fused-1b | distill-bge-m3 | polyview | rss-trace [OUT]}
+scenarios=${1:?usage: scripts/gpu_bench.sh wheels | data | zero3-1b | single-1b | bf16-vs-fp32 | all | fused-1b | head-1b | goals-1b | distill-bge-m3 | polyview | rss-trace [OUT]}
 out=${2:-outputs/gpu}
 mkdir -p "$out"
 site=/tmp/omnimed-site
@@ -157,11 +159,14 @@ case $scenario in
   fused-1b) run fused-single-1b single_1b fused-single-1b "${liger[@]}"
             run fused-zero3-1b zero3_1b fused-zero3-1b "${liger[@]}"
             run plain-trl-single-1b single_1b plain-trl-single-1b --sides trl ;;
+  goals-1b) run goal-single-1b single_1b goal-single-1b "${liger[@]}"    # the 55% MFU goal
+            run goal-zero3-1b zero3_1b goal-zero3-1b "${liger[@]}"      # 1.2x TRL: against TRL with Liger
+            run plain-trl-zero3-1b zero3_1b plain-trl-zero3-1b --sides trl ;;  # ... and against TRL's defaults
   head-1b) run head-single-1b single_1b head-single-1b "${liger[@]}" --sides ours   # chunked LM head (default)
            run whole-head-single-1b single_1b whole-head-single-1b "${liger[@]}" --sides ours --head-chunk 0 ;;
   rss-trace) run rss-lean $PY scripts/rss_trace.py; run rss-plain $PY scripts/rss_trace.py --no-lean-mlp
              run rss-zero3 $PY scripts/rss_trace.py --strategy deepspeed_zero3 ;;
-  *) echo "unknown scenario '$scenario': zero3-1b | single-1b | bf16-vs-fp32 | all | fused-1b | head-1b | distill-bge-m3" \
+  *) echo "unknown scenario '$scenario': zero3-1b | single-1b | bf16-vs-fp32 | all | fused-1b | head-1b | goals-1b | distill-bge-m3" \
           "| polyview | rss-trace" >&2
      exit 2 ;;
 esac

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import itertools
+import math
 import random
 from dataclasses import replace
+from types import SimpleNamespace
+from typing import Any
 
 import lightning as L
 import pytest
 import torch
+from lightning.pytorch.plugins.precision import MixedPrecision
 
 from omnimed.data.records import InstructionExample, Passage
 from omnimed.models.config import LoraSettings, ModelConfig
@@ -23,7 +27,7 @@ from omnimed.training.data import (
     real_token_fraction,
 )
 from omnimed.training.resume import ResumableBatchSampler, ResumableDataLoader
-from omnimed.training.sft import SFTModule, optimizer_groups
+from omnimed.training.sft import SFTModule, _no_loss_scaler, optimizer_groups
 from omnimed.training.tokenize import IGNORE_INDEX, format_example, tokenize_prompt_completion
 
 PARAGRAPH = [["<paragraph>", "</paragraph>"]]
@@ -388,7 +392,8 @@ class Recorder(L.Callback):
         self.losses.append(float(outputs["loss"]))
 
 
-def fit(model_cfg: ModelConfig, task: TaskConfig, tokenizer, max_steps: int, val_fraction: float = 0.0):
+def fit(model_cfg: ModelConfig, task: TaskConfig, tokenizer, max_steps: int, val_fraction: float = 0.0,
+        callbacks: tuple[L.Callback, ...] = (), **trainer_kwargs: Any):
     L.seed_everything(0, verbose=False)
     dm = SFTDataModule(
         make_examples(32, max_sentences=3), tokenizer, data_cfg(batch_size=4, val_fraction=val_fraction), task
@@ -400,7 +405,8 @@ def fit(model_cfg: ModelConfig, task: TaskConfig, tokenizer, max_steps: int, val
         accelerator="cpu",
         devices=1,
         logger=False,
-        callbacks=[rec],
+        callbacks=[rec, *callbacks],
+        **trainer_kwargs,
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
@@ -470,14 +476,44 @@ def test_after_fit_gradients_and_optimizer_state_are_dropped_only_off_the_cpu(fu
 
 
 def test_adamw_runs_its_fused_kernel_where_lightning_can_clip_around_it(full_run, tokenizer):
-    """One process at full precision: torch's fused AdamW (one kernel for all parameters); mixed precision keeps
-    the per-parameter loop, because Lightning refuses to clip gradients for a fused optimizer there."""
+    """One process at full precision or in bf16: torch's fused AdamW (one kernel for all parameters); fp16 keeps
+    the per-parameter loop, because its gradients stay scaled until the optimizer step."""
     _, module, _ = full_run
     assert module.trainer.optimizers[0].defaults["fused"] is True
     mixed = SFTModule(TINY, TaskConfig(max_length=64), tokenizer)
     mixed.trainer = L.Trainer(accelerator="cpu", devices=1, precision="bf16-mixed", logger=False,
                               enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
-    assert mixed._adamw() is torch.optim.AdamW
+    assert mixed._adamw().keywords == {"fused": True}
+    fp16 = MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu"))  # a GPU's fp16: CPU runs bf16
+    assert _no_loss_scaler(SimpleNamespace(precision_plugin=mixed.trainer.precision_plugin))
+    assert not _no_loss_scaler(SimpleNamespace(precision_plugin=fp16))
+
+
+class GradNormAtStep(L.Callback):
+    """The total gradient norm the optimizer stepped with (read after its step: Lightning's closure computes and
+    clips the gradients inside ``optimizer.step``), i.e. after clipping."""
+
+    def __init__(self) -> None:
+        self.norms: list[float] = []
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        def record(optimizer, args, kwargs) -> None:
+            grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+            self.norms.append(float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))))
+
+        trainer.optimizers[0].register_step_post_hook(record)
+
+
+def test_bf16_clips_gradients_for_the_fused_adamw(tokenizer):
+    """bf16 mixed precision has no loss scale, so the fused AdamW trains there and its gradients arrive clipped to
+    trainer.gradient_clip_val (Lightning's mixed-precision plugin alone refuses to clip for a fused optimizer)."""
+    task = TaskConfig(lr=3e-3, warmup_ratio=0.0, scheduler="constant", max_length=128, mask_spans=PARAGRAPH)
+    norms = GradNormAtStep()
+    trainer, _, rec = fit(TINY, task, tokenizer, max_steps=6, callbacks=(norms,), precision="bf16-mixed",
+                          gradient_clip_val=0.05)
+    assert trainer.optimizers[0].defaults["fused"] is True
+    assert len(norms.norms) == 6 and max(norms.norms) <= 0.05 * (1 + 1e-3), norms.norms
+    assert all(math.isfinite(x) for x in rec.losses) and rec.losses[-1] < rec.losses[0], rec.losses
 
 
 def test_lora_trains_only_adapters(tokenizer):

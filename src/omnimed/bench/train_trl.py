@@ -2,8 +2,8 @@
 
 TRL's side is ``trl.SFTTrainer`` with ``SFTConfig`` (``completion_only_loss``, ``max_length``, no gradient
 checkpointing, fp32, ``use_cpu``, our model with PEFT's own LoRA layers (``trl_model_config``),
-``optim="adamw_torch_fused"`` (HF's default) where ours runs torch's fused AdamW (one process at full precision) and
-``"adamw_torch"`` elsewhere, i.e. the same optimizer as ours, same lr/clipping/schedule, logging every step, no
+``optim="adamw_torch_fused"`` (HF's default; ours runs torch's fused AdamW too, on one process or under DeepSpeed,
+fp32 or bf16), i.e. the same optimizer as ours, same lr/clipping/schedule, logging every step, no
 reporting, no saving, no progress output).
 With ``trl_order="matched"`` (default) it consumes exactly our first-epoch batches: unpacked, our sampler's order of
 the same prompt/completion strings, tokenized by TRL itself (its own completion mask), read sequentially; packed,
@@ -43,7 +43,7 @@ def trainer_args(cfg: TrainBenchConfig, output_dir: str) -> dict[str, Any]:
         "max_steps": cfg.total_steps,
         "learning_rate": cfg.lr,
         "weight_decay": 0.0,
-        "optim": "adamw_torch_fused" if cfg.strategy == "single" and cfg.precision == "32-true" else "adamw_torch",
+        "optim": "adamw_torch_fused",
         "lr_scheduler_type": "cosine",
         "warmup_steps": warmup_steps(cfg),
         "max_grad_norm": 1.0,

@@ -693,6 +693,38 @@ def test_an_interim_report_neither_runs_nor_composes_the_prepare_steps(tmp_path)
     assert res.returncode == 2 and "prepare step 'a model' does not compose" in res.stderr
 
 
+def test_a_model_that_only_other_rows_name_does_not_make_a_row_stale(tmp_path):
+    """Table 7 trains its DPO-only planner after table 6 ran the SPO row they share: the SPO row's finished runs
+    stay valid, since only the DPO-only row names that model. A model no row names (a build, a reader read through
+    defaults) counts for every row, and a row's own model counts for it."""
+    import os
+
+    from omnimed.tables.reproduce import plan_rows, prepared_for_rows
+
+    rows = [{"name": name, "method": "retrieval",
+             "overrides": ["task.methods=[bm25]", *([f"+planner=${{paths.root}}/checkpoints/{model}/hf"] if model else [])]}
+            for name, model in (("SPO", "spo"), ("DPO only", "dpo"), ("BM25", None), ("SPO old", "spo_old"))]
+    path = manifest(tmp_path, rows)
+    data = yaml.safe_load(path.read_text())
+    steps = {"spo": "checkpoints/spo/hf", "dpo": "checkpoints/dpo/hf", "build": "builds/pairs/manifest.json",
+             "spo_old": "checkpoints/spo_old/hf"}
+    data["prepare"] = {"miniature": [{"name": name, "command": ["omnimed-train"], "creates": creates}
+                                     for name, creates in steps.items()]}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    for i, creates in enumerate(steps.values()):
+        (tmp_path / creates).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / creates).touch()
+        os.utime(tmp_path / creates, (1000.0 * (i + 1),) * 2)  # spo 1000, dpo 2000, build 3000, spo_old 4000
+    extra = [f"paths.root={tmp_path}"]
+    m = load_manifest(path)
+    when = prepared_for_rows(m, "miniature", extra, plan_rows(m, "miniature", extra))
+    # SPO: its own model and the build, not table 7's later DPO-only model nor spo_old (not a prefix match)
+    assert when == {"SPO": 3000.0, "DPO only": 3000.0, "BM25": 3000.0, "SPO old": 4000.0}
+    os.utime(tmp_path / steps["dpo"], (5000.0,) * 2)  # the DPO-only planner trained last
+    when = prepared_for_rows(m, "miniature", extra, plan_rows(m, "miniature", extra))
+    assert when["SPO"] == 3000.0 and when["DPO only"] == 5000.0 and when["BM25"] == 3000.0
+
+
 def test_a_stopped_table_resumes_after_its_finished_runs_and_reruns_what_changed(tmp_path):
     """Table 7's rows take hours: a table stopped part way resumes, keeping each run that finished as it would run
     now, and a table whose run another table already made (tables 12 and 13) reads it. A run is run again when

@@ -245,10 +245,29 @@ def mark_seed_independent_runs(plans_by_seed: dict[int, list[RowPlan]]) -> None:
 def prepared_at(manifest: TableManifest, preset: str, extra: list[str] | None) -> float:
     """When the newest artifact of the preset's prepare steps was made (0 without any): a run that finished
     before it read an older model or build."""
+    return max(_artifact_times(manifest, preset, extra).values(), default=0.0)
+
+
+def prepared_for_rows(manifest: TableManifest, preset: str, extra: list[str] | None,
+                      plans: Sequence[RowPlan]) -> dict[str, float]:
+    """Per row, when the newest prepared artifact it may read was made: the artifacts its overrides name, and
+    those that no row names (a build or a model read through defaults counts for every row). A model that only
+    other rows name (table 7's DPO-only planner) does not make this row's finished runs stale."""
+    made = _artifact_times(manifest, preset, extra)
+    named = {path: {plan.row.name for plan in plans if any(_names(o, path) for o in plan.overrides)} for path in made}
+    return {plan.row.name: max((when for path, when in made.items() if not named[path] or plan.row.name in named[path]),
+                               default=0.0) for plan in plans}
+
+
+def _artifact_times(manifest: TableManifest, preset: str, extra: list[str] | None) -> dict[str, float]:
     root = artifact_root(extra)
-    times = [(root / step.creates).stat().st_mtime for step in manifest.prepare.get(preset, [])
-             if (root / step.creates).exists()]
-    return max(times, default=0.0)
+    return {step.creates: (root / step.creates).stat().st_mtime for step in manifest.prepare.get(preset, [])
+            if (root / step.creates).exists()}
+
+
+def _names(override: str, path: str) -> bool:
+    """``override``'s value holds the artifact path ``path`` whole (not as the prefix of a longer name)."""
+    return re.search(rf"(?<![\w.-]){re.escape(path)}(?![\w.-])", override) is not None
 
 
 def run_row(plan: RowPlan, manifest: TableManifest, runs_dir: Path, launcher: str, folder: str,
@@ -448,12 +467,12 @@ def stored_seed_cells(spread: dict | None, manifest: TableManifest, seeds: Seque
 
 def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_dir: Path, launcher: str,
               dry_run: bool, log, earlier: dict[int, dict[str, dict[str, Cell]]] | None = None,
-              resume_after: float | None = None, finished_only: bool = False) -> dict[str, dict[str, Cell]]:
+              resume_after: dict[str, float] | None = None, finished_only: bool = False) -> dict[str, dict[str, Cell]]:
     """Run every planned row (nothing on a dry run; only the kept runs' cells with ``finished_only``) and collect
     its cells; rows that do not run say why.
     ``earlier``: the cells of the training seeds already run, for the rows marked ``same_as_seed``;
-    ``resume_after``: keep the runs that finished as they would run now after this time (:func:`finished_runs`),
-    None to run everything again."""
+    ``resume_after``: per row, keep the runs that finished as they would run now after this time
+    (:func:`finished_runs`, :func:`prepared_for_rows`), None to run everything again."""
     earlier = earlier or {}
     cells: dict[str, dict[str, Cell]] = {}
     for row in manifest.rows:
@@ -487,7 +506,7 @@ def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_d
             done = ({} if resume_after is None else finished_runs(
                 runs_dir / plan.slug / folder, runs_dir.parent, datasets,
                 lambda key: run_overrides(plan, manifest, runs_dir, launcher, key, folder=folder, column=extra),
-                resume_after))
+                resume_after[plan.row.name]))
             for key, (run_dir, when) in done.items():
                 where = "" if run_dir == runs_dir / plan.slug / folder / key else f" in {run_dir}"
                 log(f"  {key}{' (' + folder + ')' if folder else ''}: kept, the run that finished "
@@ -575,7 +594,7 @@ def reproduce(
                 log(f"prepare {step.name}: {' '.join(step.command)} -> {step.creates}")
         elif not finished_only and any(plan.same_as_seed is None and (plan.datasets or plan.alone) for plan in plans):
             run_prepare(seeded, preset, runs_dir, extra, log)
-        resume_after = None if rerun else prepared_at(seeded, preset, extra)
+        resume_after = None if rerun else prepared_for_rows(seeded, preset, extra, plans)
         per_seed[seed] = _run_rows(seeded, plans, preset, runs_dir, launcher, dry_run, log, per_seed, resume_after,
                                    finished_only)
         if len(seeds) > 1 and not dry_run:  # each seed is kept as soon as it is measured, in the seeds' order

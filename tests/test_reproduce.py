@@ -699,7 +699,8 @@ def test_a_model_that_only_other_rows_name_does_not_make_a_row_stale(tmp_path):
     defaults) counts for every row, and a row's own model counts for it."""
     import os
 
-    from omnimed.tables.reproduce import plan_rows, prepared_for_rows
+    from omnimed.tables.prepared import prepared_for_rows
+    from omnimed.tables.reproduce import plan_rows
 
     rows = [{"name": name, "method": "retrieval",
              "overrides": ["task.methods=[bm25]", *([f"+planner=${{paths.root}}/checkpoints/{model}/hf"] if model else [])]}
@@ -730,7 +731,8 @@ def test_a_stopped_table_resumes_after_its_finished_runs_and_reruns_what_changed
     now, and a table whose run another table already made (tables 12 and 13) reads it. A run is run again when
     its overrides compose to another config, when a prepared artifact (a model it reads) is newer than it, or under
     --rerun; a run without metrics.json (failed, stopped) always runs."""
-    from omnimed.tables.reproduce import plan_rows, prepared_at, run_overrides, sweeps, validate
+    from omnimed.tables.prepared import prepared_for_rows
+    from omnimed.tables.reproduce import plan_rows, run_overrides, sweeps, validate
     from omnimed.tables.resume import finished_runs
     from omnimed.tracking import source_digest
 
@@ -790,8 +792,9 @@ def test_a_stopped_table_resumes_after_its_finished_runs_and_reruns_what_changed
 
     extra = [f"paths.root={tmp_path}"]
     m = load_manifest(path)
-    assert prepared_at(m, "miniature", extra) == model.stat().st_mtime
-    assert list(kept(extra, prepared_at(m, "miniature", extra))) == ["world"]
+    prepared = prepared_for_rows(m, "miniature", extra, plan_rows(m, "miniature", extra))
+    assert prepared == {"BM25": model.stat().st_mtime}  # the model no row names counts for every row
+    assert list(kept(extra, prepared["BM25"])) == ["world"]
     assert kept([*extra, "task.k=5"], 0.0) == {}  # another config: its finished run is not this one
     assert kept(extra, (run / "metrics.json").stat().st_mtime + 1) == {}  # a model retrained since
     # conf/ edited while the table ran, so that a run no longer composes: a clear error naming it, no traceback

@@ -32,6 +32,7 @@ from omnimed.tables.manifest import (
     eval_tasks,
     runnable_methods,
 )
+from omnimed.tables.prepared import artifact_root, prepared_for_rows
 from omnimed.tables.report import Cell, Detectable, fill_averages, write_report
 from omnimed.tables.resume import compose_run, evaluate_configs, finished_runs, run_config_text
 from omnimed.tracking import other_code
@@ -242,34 +243,6 @@ def mark_seed_independent_runs(plans_by_seed: dict[int, list[RowPlan]]) -> None:
                 plan.same_as_seed = earlier if earlier[0] != seed else None
 
 
-def prepared_at(manifest: TableManifest, preset: str, extra: list[str] | None) -> float:
-    """When the newest artifact of the preset's prepare steps was made (0 without any): a run that finished
-    before it read an older model or build."""
-    return max(_artifact_times(manifest, preset, extra).values(), default=0.0)
-
-
-def prepared_for_rows(manifest: TableManifest, preset: str, extra: list[str] | None,
-                      plans: Sequence[RowPlan]) -> dict[str, float]:
-    """Per row, when the newest prepared artifact it may read was made: the artifacts its overrides name, and
-    those that no row names (a build or a model read through defaults counts for every row). A model that only
-    other rows name (table 7's DPO-only planner) does not make this row's finished runs stale."""
-    made = _artifact_times(manifest, preset, extra)
-    named = {path: {plan.row.name for plan in plans if any(_names(o, path) for o in plan.overrides)} for path in made}
-    return {plan.row.name: max((when for path, when in made.items() if not named[path] or plan.row.name in named[path]),
-                               default=0.0) for plan in plans}
-
-
-def _artifact_times(manifest: TableManifest, preset: str, extra: list[str] | None) -> dict[str, float]:
-    root = artifact_root(extra)
-    return {step.creates: (root / step.creates).stat().st_mtime for step in manifest.prepare.get(preset, [])
-            if (root / step.creates).exists()}
-
-
-def _names(override: str, path: str) -> bool:
-    """``override``'s value holds the artifact path ``path`` whole (not as the prefix of a longer name)."""
-    return re.search(rf"(?<![\w.-]){re.escape(path)}(?![\w.-])", override) is not None
-
-
 def run_row(plan: RowPlan, manifest: TableManifest, runs_dir: Path, launcher: str, folder: str,
             datasets: dict[str, list[str]], column: list[str]) -> subprocess.CompletedProcess:
     """One Hydra multirun of the row over ``datasets`` with ``column``'s own overrides, in ``folder`` (one of
@@ -277,14 +250,6 @@ def run_row(plan: RowPlan, manifest: TableManifest, runs_dir: Path, launcher: st
     cmd = [str(Path(sys.executable).parent / "omnimed-evaluate"), "-m",
            *run_overrides(plan, manifest, runs_dir, launcher, ",".join(datasets), folder=folder, column=column)]
     return subprocess.run(cmd, check=False, text=True, capture_output=True)
-
-
-def artifact_root(extra: list[str] | None) -> Path:
-    """Where prepared artifacts live: ``paths.root`` from the extra overrides, else the working directory."""
-    for item in extra or []:
-        if item.startswith("paths.root="):
-            return Path(item.split("=", 1)[1])
-    return Path(".")
 
 
 def _step_command(step: PrepareStep, extra: list[str] | None) -> list[str]:

@@ -8,9 +8,9 @@
     omnimed-reproduce experiments/omnirag/table7.yaml --finished   # while it runs: the report of what finished
 
 Stopped part way, the same command resumes: prepare steps whose artifact exists and runs that already finished as
-they would run now (same composed config, after the newest prepared artifact the row reads; in this table's runs or
-another's beside them) are kept; --rerun runs them again. A kept run that other code computed (its code.json is not today's
-source) is named in the log and the report.
+they would run now (same composed config, after the newest prepared artifact the row reads; in this table's runs
+or another's beside them) are kept; --rerun runs them again. A kept run that other code computed (its code.json is
+not today's source) is named in the log and the report.
 
 A row runs only if its method is built and its task produces the table's metric; the others are listed as missing
 with the reason. At a given preset, a column whose paper benchmark has no loader yet is reported missing too.

@@ -64,8 +64,8 @@ def saved_config_text(run_dir: Path) -> str | None:
 def finished_runs(own: Path, runs_root: Path, keys: Iterable[str], overrides: Callable[[str], list[str]],
                   not_before: float) -> dict[str, tuple[Path, float]]:
     """The dataset keys whose run already finished as it would run now (key -> its folder, when): a folder holding
-    ``metrics.json`` written after ``not_before`` (the newest prepared artifact the row reads) by a run whose saved config
-    computes what ``overrides(key)`` composes to today. The run's own folder (``own / key``) is looked at first,
+    ``metrics.json`` written after ``not_before`` (the newest prepared artifact the row reads) by a run whose saved
+    config computes what ``overrides(key)`` composes to today. The run's own folder (``own / key``) is looked at first,
     then the other tables' runs under ``runs_root`` (``<results>/runs``: tables 12 and 13 run the same plans), so a
     table stopped part way resumes after its finished runs and a run another table made is read, not repeated; a
     changed row, preset or config file, or a retrained model, runs again."""

@@ -26,11 +26,14 @@ _DROPPED: tuple[tuple[str, str], ...] = (
 #: loggers with handlers of their own (not propagating to the root's), filtered where their records are made
 _OWN_HANDLERS: tuple[str, ...] = ("DeepSpeed", "transformers.modeling_utils")
 #: warnings raised inside the libraries, not by our calls or about a choice we made: (category, message regex).
-#: PEFT saves the embedding layers of an adapter with added tokens, as it should, and says so each time
+#: PEFT saves the embedding layers of an adapter with added tokens, as it should, and says so each time; Lightning's
+#: DeepSpeed strategy warns that an overridden configure_gradient_clipping will not clip, but SFTModule overrides it
+#: only to clip bf16 gradients around a fused AdamW, and DeepSpeed clips from its own config as intended
 _WARNINGS: tuple[tuple[type[Warning], str], ...] = (
     (FutureWarning, r".*is_gradient_checkpointing.*"),
     (Warning, r".*isinstance\(treespec, LeafSpec\).*"),
     (UserWarning, r"Setting `save_embedding_layers` to `True` as .*"),
+    (Warning, r"Since DeepSpeed handles gradient clipping internally"),
 )
 
 

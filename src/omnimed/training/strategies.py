@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import logging
 import os
-import warnings
 from collections.abc import Generator, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -183,9 +182,6 @@ def _build_deepspeed(
         micro_batch_size=micro_batch_size,
         hidden_size=hidden_size,
     )
-    # SFTModule.configure_gradient_clipping only lets bf16 clip around a fused AdamW; DeepSpeed clips from its own
-    # dict (gradient_clipping above), which Lightning's warning about an overridden hook does not know
-    warnings.filterwarnings("ignore", message="Since DeepSpeed handles gradient clipping internally")
     if on_cpu:
         return CPUDeepSpeedStrategy(config=ds_config, process_group_backend=backend), precision
     return DeepSpeedStrategy(config=ds_config, process_group_backend=backend), precision

@@ -693,6 +693,30 @@ def test_an_interim_report_neither_runs_nor_composes_the_prepare_steps(tmp_path)
     assert res.returncode == 2 and "prepare step 'a model' does not compose" in res.stderr
 
 
+def test_rows_runs_only_the_named_rows_and_reads_the_others_as_they_stand(tmp_path):
+    """A researcher reruns one row of a long table (table 7's DPO-only planner) without its hours of other rows:
+    ``--rows`` runs the named rows, reports the others from their finished runs or as not run, and logs no W&B
+    table run, since the table is not whole; a name the table lacks is refused before anything runs."""
+    path = manifest(tmp_path, ROWS[:2])
+    out = tmp_path / "experiments" / "demo" / "results"
+    res = reproduce_cli(str(path), "--rows", "Dense", f"paths.root={tmp_path}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = {row["row"]: row for row in csv.DictReader((out / "table1.csv").open())}
+    assert rows["Dense"]["status"] == "measured" and rows["BM25"]["status"].startswith("not run yet: not among")
+    assert not (out / "runs" / "table1" / "bm25").exists() and not (out / "runs" / "table1-report").exists()
+    dense = (out / "runs" / "table1" / "dense" / "world" / "metrics.json").stat().st_mtime_ns
+    res = reproduce_cli(str(path), "--rows", "BM25", f"paths.root={tmp_path}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert (out / "runs" / "table1" / "bm25" / "world" / "metrics.json").is_file()
+    assert (out / "runs" / "table1" / "dense" / "world" / "metrics.json").stat().st_mtime_ns == dense  # read back
+    rows2 = {row["row"]: row for row in csv.DictReader((out / "table1.csv").open())}
+    assert rows2["BM25"]["status"] == "measured" and rows2["Dense"]["ours"] == rows["Dense"]["ours"]
+    res = reproduce_cli(str(path), "--rows", "BM25,Nope", f"paths.root={tmp_path}", cwd=tmp_path)
+    assert res.returncode == 2
+    assert "--rows names rows the table does not have: ['Nope']" in " ".join((res.stdout + res.stderr).split())
+    assert reproduce_cli(str(path), "--rows", "BM25", "--finished", cwd=tmp_path).returncode == 2
+
+
 def test_a_model_that_only_other_rows_name_does_not_make_a_row_stale(tmp_path):
     """Table 7 trains its DPO-only planner after table 6 ran the SPO row they share: the SPO row's finished runs
     stay valid, since only the DPO-only row names that model. A model no row names (a build, a reader read through

@@ -6,6 +6,7 @@
         hydra.launcher.gpus_per_node=1 hydra.launcher.partition=gpu   # launcher settings, checked before any run
     omnimed-reproduce experiments/selfbiorag/table9.yaml --training-seeds 0,1,2   # trained rows' spread over seeds
     omnimed-reproduce experiments/omnirag/table7.yaml --finished   # while it runs: the report of what finished
+    omnimed-reproduce experiments/omnirag/table7.yaml --rows '+ DPO'   # one row; the others as they stand
 
 Stopped part way, the same command resumes: prepare steps whose artifact exists and runs that already finished as
 they would run now (same composed config, after the newest prepared artifact the row reads; in this table's runs
@@ -58,6 +59,13 @@ def _seeds(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers (0,1,2), got {text!r}") from None
 
 
+def _names(text: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected comma-separated row names ('+ DPO,Frozen'), got {text!r}")
+    return names
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="omnimed-reproduce", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -77,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--finished", action="store_true", help="run nothing: write the report of the runs that "
                         "finished so far (a long table's interim view, e.g. from a second shell while it runs); the "
                         "rest is marked 'not run yet' and nothing is logged to W&B")
+    parser.add_argument("--rows", type=_names, default=(), metavar="'+ DPO,Frozen'",
+                        help="run only these rows (comma-separated names, as the manifest spells them); the others "
+                        "are read from their finished runs as --finished reads them, and nothing is logged to W&B")
     parser.add_argument("overrides", nargs="*", help="extra overrides for every run, e.g. task.limit=50")
     args = parser.parse_intermixed_args(argv)
     if args.list:
@@ -91,12 +102,13 @@ def main(argv: list[str] | None = None) -> int:
         cells, paths = reproduce(manifest, preset=args.preset, out_dir=out, launcher=args.launcher,
                                  extra=args.overrides, dry_run=args.dry_run,
                                  training_seeds=args.training_seeds, rerun=args.rerun, finished_only=args.finished,
+                                 rows=args.rows,
                                  # markup off: overrides hold [...]
                                  log=lambda text: console.print(text, markup=False, highlight=False))
     except ManifestError as exc:
         console.print(f"[red]omnimed-reproduce: {exc}[/red]")
         return 2
-    if paths and not args.finished:  # the table as a run of its W&B group, beside the runs that made it
+    if paths and not args.finished and not args.rows:  # the table as a run of its W&B group, beside the runs that made it
         from omnimed.tables.wandb_table import log_table_run, table_logger_settings
 
         try:

@@ -432,9 +432,10 @@ def stored_seed_cells(spread: dict | None, manifest: TableManifest, seeds: Seque
 
 def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_dir: Path, launcher: str,
               dry_run: bool, log, earlier: dict[int, dict[str, dict[str, Cell]]] | None = None,
-              resume_after: dict[str, float] | None = None, finished_only: bool = False) -> dict[str, dict[str, Cell]]:
-    """Run every planned row (nothing on a dry run; only the kept runs' cells with ``finished_only``) and collect
-    its cells; rows that do not run say why.
+              resume_after: dict[str, float] | None = None, finished_only: bool = False,
+              only: set[str] | None = None) -> dict[str, dict[str, Cell]]:
+    """Run every planned row (nothing on a dry run; only the kept runs' cells with ``finished_only``, and for the
+    rows not in ``only`` when it is given) and collect its cells; rows that do not run say why.
     ``earlier``: the cells of the training seeds already run, for the rows marked ``same_as_seed``;
     ``resume_after``: per row, keep the runs that finished as they would run now after this time
     (:func:`finished_runs`, :func:`prepared_for_rows`), None to run everything again."""
@@ -480,8 +481,9 @@ def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_d
             if dry_run:  # what a real run would keep is shown; nothing runs
                 continue
             todo = {key: cols for key, cols in datasets.items() if key not in done}
-            if finished_only:  # an interim report: the runs that finished; the rest waits for the table's run
-                cells[plan.row.name].update({col: Cell(status="not run yet: the table's run has not reached it")
+            if finished_only or (only is not None and plan.row.name not in only):  # an interim report's row
+                cells[plan.row.name].update({col: Cell(status="not run yet: " + (
+                    "the table's run has not reached it" if finished_only else "not among the rows asked for"))
                                              for key in todo for col in todo[key]})
                 datasets, todo = {key: cols for key, cols in datasets.items() if key in done}, {}
             res = (run_row(plan, manifest, runs_dir, launcher, folder, todo, extra) if todo
@@ -514,6 +516,7 @@ def reproduce(
     training_seeds: Sequence[int] = (),
     rerun: bool = False,
     finished_only: bool = False,
+    rows: Sequence[str] = (),
     log=print,
 ) -> tuple[dict[str, dict[str, Cell]], dict[str, Path]]:
     """Run the table's runnable rows and write its report; returns the cells and the report paths. With
@@ -523,10 +526,17 @@ def reproduce(
     table; a seed it already holds for the rows as defined now is read back, not run again. A run that already
     finished as it would run now, after the table's models were prepared, is kept (a stopped table resumes where
     it stopped) unless ``rerun``. ``finished_only``: run nothing, and write the report of the runs kept so far (a
-    long table's interim view; one training seed)."""
-    if finished_only and (len(training_seeds) > 1 or rerun or dry_run):
+    long table's interim view; one training seed). ``rows``: run only these rows (and the rows they share a run
+    with), the others' cells read from their finished runs as in an interim report."""
+    if finished_only and (len(training_seeds) > 1 or rerun or dry_run or rows):
         raise ManifestError("an interim report (--finished) runs nothing and reads one training seed's kept runs: it "
-                            "does not combine with --rerun, --dry-run or several --training-seeds")
+                            "does not combine with --rerun, --dry-run, --rows or several --training-seeds")
+    if rows and len(set(training_seeds)) > 1:
+        raise ManifestError("--rows runs part of one training seed's table; a seed spread needs every row: run "
+                            "--training-seeds without --rows")
+    if unknown := [name for name in rows if name not in {row.name for row in manifest.rows}]:
+        raise ManifestError(f"{manifest.paper} {manifest.table}: --rows names rows the table does not have: {unknown}; its rows: "
+                            f"{[row.name for row in manifest.rows]}")
     launcher, extra = split_launcher(launcher, extra)
     seeds = list(dict.fromkeys(training_seeds)) or [DEFAULT_TRAINING_SEED]
     main = DEFAULT_TRAINING_SEED if DEFAULT_TRAINING_SEED in seeds else seeds[0]
@@ -554,14 +564,17 @@ def reproduce(
             log(f"  read from {spread_file}, where an earlier run stored it for the rows as defined now; not "
                 "trained or run again (delete the file to measure every seed again)")
             continue
+        only = ({*rows, *(plan.same_as for plan in plans if plan.row.name in rows and plan.same_as)} if rows
+                else None)
         if dry_run:
             for step in seeded.prepare.get(preset, []):
                 log(f"prepare {step.name}: {' '.join(step.command)} -> {step.creates}")
-        elif not finished_only and any(plan.same_as_seed is None and (plan.datasets or plan.alone) for plan in plans):
+        elif not finished_only and any(plan.same_as_seed is None and (plan.datasets or plan.alone)
+                                     and (only is None or plan.row.name in only) for plan in plans):
             run_prepare(seeded, preset, runs_dir, extra, log)
         resume_after = None if rerun else prepared_for_rows(seeded, preset, extra, plans)
         per_seed[seed] = _run_rows(seeded, plans, preset, runs_dir, launcher, dry_run, log, per_seed, resume_after,
-                                   finished_only)
+                                   finished_only, only)
         if len(seeds) > 1 and not dry_run:  # each seed is kept as soon as it is measured, in the seeds' order
             spread = seed_spread(manifest, {s: per_seed[s] for s in seeds if s in per_seed}, preset, ran_once)
             out_dir.mkdir(parents=True, exist_ok=True)

@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     except ManifestError as exc:
         console.print(f"[red]omnimed-reproduce: {exc}[/red]")
         return 2
-    if paths and not args.finished and not args.rows:  # the table as a run of its W&B group, beside the runs that made it
+    if paths and not args.finished and not args.rows:  # the whole table as a run of its W&B group
         from omnimed.tables.wandb_table import log_table_run, table_logger_settings
 
         try:

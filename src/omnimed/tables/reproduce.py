@@ -535,8 +535,8 @@ def reproduce(
         raise ManifestError("--rows runs part of one training seed's table; a seed spread needs every row: run "
                             "--training-seeds without --rows")
     if unknown := [name for name in rows if name not in {row.name for row in manifest.rows}]:
-        raise ManifestError(f"{manifest.paper} {manifest.table}: --rows names rows the table does not have: {unknown}; its rows: "
-                            f"{[row.name for row in manifest.rows]}")
+        raise ManifestError(f"{manifest.paper} {manifest.table}: --rows names rows the table does not have: "
+                            f"{unknown}; its rows: {[row.name for row in manifest.rows]}")
     launcher, extra = split_launcher(launcher, extra)
     seeds = list(dict.fromkeys(training_seeds)) or [DEFAULT_TRAINING_SEED]
     main = DEFAULT_TRAINING_SEED if DEFAULT_TRAINING_SEED in seeds else seeds[0]

@@ -239,6 +239,57 @@ def test_several_seeds_pool_the_interval_over_questions_and_count_missing_answer
     assert one["missing_answers"] == 1 and "accuracy/seed_3" not in one
 
 
+def test_accuracy_is_also_given_by_how_a_world_question_names_its_subject(tmp_path, monkeypatch):
+    """A reader that is right exactly on the questions naming their subject as the passages do: the run's metrics
+    split accuracy into named_by_name 1.0 and named_by_alias 0.0 (a search that cannot bridge an alias shows up
+    there, not only in a lower mean); real datasets, without the field, get no split."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    from omnimed.conf import conf_dir
+    from omnimed.data.records import MultipleChoiceQuestion
+    from omnimed.evaluation.config import register_evaluate_configs
+    from omnimed.evaluation.datasets import DatasetRequest, load_eval_dataset
+    from omnimed.evaluation.qa import accuracy_by_naming, run_qa_evaluation
+    from omnimed.generation import factory
+
+    register_evaluate_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
+        cfg = compose("evaluate", overrides=[
+            "task=qa", "knowledge=world_small", "task.split=test", "task.limit=40", "pipeline=closed_book",
+            "pipeline.answer_mode=generate", "logger=none", f"paths.root={tmp_path}", f"paths.cache={tmp_path}/cache",
+            f"paths.output_dir={tmp_path}/run"])
+    questions = {q.id: q for q in load_eval_dataset(DatasetRequest("world_mcq", split="test", limit=40))}
+    how = [q.metadata.get("named_by") for q in questions.values()]
+    assert {"name", "alias"} <= set(how)
+
+    class RightOnNames:
+        name, model_id = "right-on-names", "fake"
+
+        def generate(self, requests, params):
+            out = []
+            for r in requests:
+                q = questions[r.meta["question_id"]]
+                wrong = next(k for k in q.options if k not in q.answer)
+                letter = q.answer[0] if q.metadata.get("named_by") == "name" else wrong
+                out.append([Generation(text=f"<answer>{letter}</answer>")])
+            return out
+
+    monkeypatch.setattr(factory, "build_backend", lambda *a, **k: RightOnNames())
+    m = run_qa_evaluation(OmegaConf.to_object(cfg), tmp_path / "run").metrics
+    assert m["accuracy/named_by_name"] == 1.0 and m["accuracy/named_by_alias"] == 0.0
+    assert m["accuracy"] == pytest.approx(how.count("name") / len(how))
+    # over seeds: the mean per question; questions without the field add nothing
+    def mcq(i, **metadata):
+        return MultipleChoiceQuestion(id=f"q{i}", question="?", options={"A": "x", "B": "y"}, answer=["A"],
+                                      dataset="d", metadata=metadata)
+
+    assert accuracy_by_naming([mcq(0, named_by="alias"), mcq(1)], {0: [True, True], 1: [False, True]}) == \
+        {"accuracy/named_by_alias": 0.5}
+
+
 # ------------------------------------------------------------------------------------------------ long form
 def test_open_answers_are_judged_statement_by_statement_and_averaged_per_answer():
     from omnimed.evaluation.longform import score_answers

@@ -149,6 +149,8 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
     metrics = seed_summary(outcomes, n_resamples=cfg.task.bootstrap_resamples)
     if not method.reads():  # plans and searches only: no answer was asked for, so none is right, wrong or missing
         metrics = {k: v for k, v in metrics.items() if not k.startswith(("accuracy", "missing_answers"))}
+    elif not longform:
+        metrics |= accuracy_by_naming(questions, outcomes)
     metrics["failed_generations"] = len(failed) / len(failures)  # mean per seed, the judge's failed calls too
     if len(failures) > 1:
         metrics.update({f"failed_generations/seed_{seed}": float(len(f)) for seed, f in failures.items()})
@@ -254,6 +256,20 @@ def seed_summary(outcomes: dict[int, Sequence[bool | None]], *, n_resamples: int
             metrics[f"accuracy/seed_{s}"] = float(value)
             metrics[f"missing_answers/seed_{s}"] = float(missing[s])
     return metrics
+
+
+def accuracy_by_naming(questions: Sequence[MultipleChoiceQuestion],
+                       outcomes: dict[int, Sequence[bool | None]]) -> dict[str, float]:
+    """``accuracy/named_by_<how>``: accuracy (the mean over seeds) of the questions grouped by how each names its
+    subject (the world's ``metadata["named_by"]``: the passages' name, an alias only the graph links to it, a
+    description). A retriever or planner can copy a name but cannot know an unseen alias, so the split tells a
+    search that failed from a reader that did. Questions without the field (real datasets) add nothing."""
+    groups: dict[str, list[float]] = {}
+    for i, q in enumerate(questions):
+        how = q.metadata.get("named_by")
+        if how is not None:
+            groups.setdefault(how, []).append(sum(bool(o[i]) for o in outcomes.values()) / len(outcomes))
+    return {f"accuracy/named_by_{how}": sum(v) / len(v) for how, v in sorted(groups.items())}
 
 
 def report(result: QAResult, cfg: Any, console: Any) -> float | None:

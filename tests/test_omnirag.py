@@ -242,6 +242,25 @@ def test_a_plan_only_run_never_calls_the_reader(world_tiny, kb_tiny, monkeypatch
     assert method.metrics(answers)["plan/gold_recall"] == 1.0
 
 
+def test_per_source_plan_statistics_that_no_plan_defines_are_reported_with_why():
+    """words_per_query/<source> needs one query sent there, query_diversity/<source> a plan with two: where no plan
+    has them the metric is absent and undefined_metrics says why (a table shows it instead of a failure)."""
+    from omnimed.methods.answer import Answer
+    from omnimed.methods.omnirag.method import OmniRAG, OmniRAGConfig
+
+    def answer(queries):
+        return Answer("q", None, False, extras={"plan_queries": queries, "plan_problems": [],
+                                                "gold_recall": None, "gold_shown": None})
+
+    answers = [answer({"guideline": ["a b", "c d e"], "wiki": ["f"]}), answer({"wiki": ["g h"]})]
+    method = OmniRAG(OmniRAGConfig(read=False))
+    m, undefined = method.metrics(answers), method.undefined_metrics(answers)
+    assert m["words_per_query/wiki"] == 1.5 and "words_per_query/graph" not in m and "query_diversity/wiki" not in m
+    assert undefined["words_per_query/graph"] == "none of the 2 plans sent a query to graph"
+    assert undefined["query_diversity/wiki"] == "none of the 2 plans sent two queries to wiki"
+    assert not set(undefined) & set(m)  # a reason only where the value is absent
+
+
 def test_gold_recall_is_also_given_by_how_the_question_names_its_subject():
     """A world question names its subject by its passages' name or by an alias only the graph links to it; the
     plan metrics split gold recall that way, since a planner can copy a name but cannot know an unseen alias."""

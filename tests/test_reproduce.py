@@ -276,6 +276,21 @@ def test_a_run_that_fails_is_shown_in_its_cell_and_fails_the_command(tmp_path):
     assert rows["Real queries"]["ours"] == ""
 
 
+def test_a_metric_a_finished_run_says_it_could_not_define_is_shown_with_why_and_is_no_failure(tmp_path):
+    """Table 12's words per graph query when no plan queried the graph: the run wrote its reason in undefined.json,
+    the cell shows it and is not counted as failed; a metric missing without a reason still is a failure."""
+    from omnimed.tables.reproduce import read_cell
+
+    table = load_manifest(manifest(tmp_path, ROWS))
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.json").write_text(json.dumps({"n": 500.0}))
+    assert read_cell(run, table, "World").status == "failed: no 'hit@10' in metrics.json"
+    (run / "undefined.json").write_text(json.dumps({"hit@10": "none of the 500 plans sent a query to graph"}))
+    cell = read_cell(run, table, "World")
+    assert cell.status == "undefined: none of the 500 plans sent a query to graph" and cell.ours is None
+
+
 def test_list_shows_every_table_with_its_counts(tmp_path):
     manifest(tmp_path, ROWS)
     res = reproduce_cli("--list", "--root", str(tmp_path / "experiments"), cwd=tmp_path)

@@ -28,7 +28,7 @@ from typing import Any, Optional
 
 from omnimed.data.artifacts import describe_backend
 from omnimed.data.records import MultipleChoiceQuestion, OpenQuestion
-from omnimed.evaluation.runner import finish_run, gate_failures
+from omnimed.evaluation.runner import UNDEFINED_FILE, finish_run, gate_failures
 from omnimed.generation.factory import BackendConfig
 
 
@@ -114,6 +114,7 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
     judged: dict[int, dict[str, float]] = {}  # seed -> long-form statement metrics
     judged_answers: dict[int, list[dict[str, Any]]] = {}  # seed -> each answer's statements and labels
     own: dict[int, dict[str, float]] = {}  # seed -> the method's own metrics
+    undefined: dict[str, str] = {}  # own metrics without a value -> why (the first seed's reason)
     rows: list[dict[str, Any]] = []
     problems: dict[str, float] = {}
     for seed in dict.fromkeys(cfg.task.seeds):  # a repeated seed would only repeat its run
@@ -121,6 +122,7 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
         # a failed call is wrong, not a missing answer: failures are counted apart (failed_generations)
         outcomes[seed] = [None if a.prediction is None and a.error is None else bool(a.correct) for a in answers]
         own[seed] = method.metrics(answers)
+        undefined = method.undefined_metrics(answers) | undefined
         extras = [dict(a.extras) for a in answers]
         if longform:
             per_answer, judged[seed] = score_answers(questions, [a.prediction for a in answers], judge)
@@ -165,11 +167,13 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
     if len(outcomes) > 1:  # per seed, like n and missing_answers
         problems = {reason: count / len(outcomes) for reason, count in problems.items()}
 
+    undefined = {key: why for key, why in undefined.items() if key not in metrics}
     cols = ["seed", "question_id", "gold", "prediction", "correct", "problem", "evidence", "output"]
     table = [[json.dumps(r[c]) if isinstance(r[c], list) else r[c] for c in cols] for r in rows]
     logger_dir = finish_run(cfg, output_dir, rows=rows, metrics=metrics, run_name=f"{method.name}-{cfg.task.dataset}",
                             job_type="evaluate-qa", lineage={"questions": len(questions)},
-                            tables={"qa/predictions": (cols, table)})
+                            tables={"qa/predictions": (cols, table)},
+                            files={UNDEFINED_FILE: undefined} if undefined else None)
     return QAResult(metrics, output_dir, problems, logger_dir)
 
 

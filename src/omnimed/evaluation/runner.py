@@ -21,12 +21,15 @@ Tables = Mapping[str, tuple[Sequence[str], Sequence[Sequence[Any]]]]
 #: what a failed run leaves in its folder instead of metrics.json: ``{"reason": ...}``, which a table cell shows
 FAILED_FILE = "failed.json"
 
+#: metrics a finished run defines but could not give a value, with why: ``{metric: reason}`` (a table cell shows it)
+UNDEFINED_FILE = "undefined.json"
+
 
 def start_run(output_dir: Path) -> None:
     """Clear the result files an earlier run left in ``output_dir`` (a reproduced table reuses its run folders), so
     a run that fails now never shows the earlier run's numbers; takes the code's version now, before it runs."""
     code_version()
-    for name in ("metrics.json", FAILED_FILE, CODE_FILE):
+    for name in ("metrics.json", FAILED_FILE, UNDEFINED_FILE, CODE_FILE):
         (output_dir / name).unlink(missing_ok=True)
 
 

@@ -107,6 +107,11 @@ class Method(ABC):
         """The method's own metrics over one seed's answers (beside accuracy), e.g. a retrieval rate."""
         return {}
 
+    def undefined_metrics(self, answers: Sequence[Answer]) -> dict[str, str]:
+        """Metrics of :meth:`metrics` that these answers leave without a value, each with why (a per-source mean
+        where no plan queried the source), so a table states the reason instead of calling the run failed."""
+        return {}
+
     def read_label(self, text: str, kind: str) -> str | None:
         """The label of type ``kind`` a judge's free output starts with (whitespace before it allowed), None when
         it starts with anything else: a prediction outside the defined labels."""

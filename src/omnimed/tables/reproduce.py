@@ -21,7 +21,7 @@ from pathlib import Path
 
 from omnimed.data.artifacts import atomic_write_text
 from omnimed.evaluation.datasets import dataset_status, known_datasets
-from omnimed.evaluation.runner import FAILED_FILE
+from omnimed.evaluation.runner import FAILED_FILE, UNDEFINED_FILE
 from omnimed.tables.detectable import answer_skew, detectable_difference, question_outcomes
 from omnimed.tables.manifest import (
     AVERAGE,
@@ -298,7 +298,8 @@ def run_prepare(manifest: TableManifest, preset: str, runs_dir: Path, extra: lis
 
 def read_cell(run_dir: Path, manifest: TableManifest, column: str) -> Cell:
     """Our number for one (run, column), on the paper's scale, and whether other code than today's computed it; a
-    run without metrics.json is ``failed``, with the reason it left in failed.json."""
+    run without metrics.json is ``failed``, with the reason it left in failed.json; a metric the finished run could
+    not give a value (its undefined.json says why) is ``undefined``, not a failure."""
     path = run_dir / "metrics.json"
     if not path.is_file():
         failed = run_dir / FAILED_FILE
@@ -310,7 +311,10 @@ def read_cell(run_dir: Path, manifest: TableManifest, column: str) -> Cell:
         # a retrieval run reports "<method>/<metric>" (plus per-source and graph breakdowns): take the one method
         candidates = [k for k in metrics if k.count("/") == 1 and k.endswith("/" + key) and not k.startswith("graph/")]
         if len(candidates) != 1:
-            return Cell(status=f"failed: no {key!r} in metrics.json", run_dir=str(run_dir))
+            undefined = run_dir / UNDEFINED_FILE  # the run finished, and says why it has no value
+            why = json.loads(undefined.read_text()).get(key) if undefined.is_file() else None
+            return Cell(status=f"undefined: {why}" if why else f"failed: no {key!r} in metrics.json",
+                        run_dir=str(run_dir))
         key = candidates[0]
     s = manifest.scale_for(column)
 

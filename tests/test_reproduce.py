@@ -289,6 +289,17 @@ def test_a_metric_a_finished_run_says_it_could_not_define_is_shown_with_why_and_
     (run / "undefined.json").write_text(json.dumps({"hit@10": "none of the 500 plans sent a query to graph"}))
     cell = read_cell(run, table, "World")
     assert cell.status == "undefined: none of the 500 plans sent a query to graph" and cell.ours is None
+    # an Average leaves an undefined column out, as the papers leave out a '-', but not a failed one
+    from omnimed.tables.report import Cell, fill_averages
+
+    averaged = load_manifest(qa_manifest(tmp_path, {p: {"Book": "world_mcq", "Graph": "world_mcq", "Avg": "average"}
+                                                    for p in ("miniature", "paper")}))
+    row = {"Book": Cell(ours=5.0, status="measured"), "Graph": cell}
+    fill_averages(averaged, "miniature", row)
+    assert row["Avg"].ours == 5.0
+    row["Graph"] = Cell(status="failed: no 'accuracy' in metrics.json")
+    fill_averages(averaged, "miniature", row)
+    assert row["Avg"].ours is None and row["Avg"].status == "not run: needs every other column"
 
 
 def test_list_shows_every_table_with_its_counts(tmp_path):

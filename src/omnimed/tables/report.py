@@ -27,7 +27,7 @@ class Cell:
     low: Optional[float] = None
     high: Optional[float] = None
     n: Optional[int] = None
-    status: str = "missing"  # measured | missing | external | failed | not run
+    status: str = "missing"  # measured | missing | external | failed | undefined | not run
     run_dir: str = ""
     # per question (and seed): right or wrong, for an accuracy column (what the detectable difference is paired on)
     outcomes: Optional[dict[str, bool | float]] = field(default=None, repr=False)
@@ -278,13 +278,16 @@ def markdown(manifest: TableManifest, cells: dict[str, dict[str, Cell]], preset:
 
 
 def fill_averages(manifest: TableManifest, preset: str, row_cells: dict[str, Cell]) -> None:
-    """An ``average`` column is the unweighted mean of the row's other columns, as the papers compute it; it
-    stays empty unless every other column was measured."""
+    """An ``average`` column is the unweighted mean of the row's other columns, as the papers compute it; a column
+    its run could not define (``undefined``, e.g. words per query of a source no plan queried) is left out, as the
+    papers leave out a '-'. It stays empty unless every other column is measured or undefined, one at least
+    measured."""
     averaged = [c for c in manifest.columns if manifest.datasets[preset][c] == AVERAGE]
-    others = [c for c in manifest.columns if c not in averaged]
-    values = [row_cells[c].ours for c in others if c in row_cells and row_cells[c].ours is not None]
+    others = [row_cells.get(c, Cell()) for c in manifest.columns if c not in averaged]
+    values = [c.ours for c in others if c.ours is not None]
+    complete = all(c.ours is not None or c.status.startswith("undefined") for c in others)
     for col in averaged:
-        if len(values) == len(others) and values:
+        if complete and values:
             row_cells[col] = Cell(ours=sum(values) / len(values), status="measured", run_dir="mean of the row")
         else:
             row_cells[col] = Cell(status="not run: needs every other column")

@@ -743,6 +743,30 @@ def test_rows_runs_only_the_named_rows_and_reads_the_others_as_they_stand(tmp_pa
     assert reproduce_cli(str(path), "--rows", "BM25", "--finished", cwd=tmp_path).returncode == 2
 
 
+def test_rows_prepare_only_the_steps_the_named_rows_read():
+    """--rows trains what the asked rows read and not the other rows' models: table 4's No Retrieval row needs the
+    reader (and the builds read through defaults), none of the planners; table 8's + SPO row none of the planners
+    trained without one source, which its OOD row names through the method's {source} placeholder."""
+    from omnimed.tables.prepared import steps_for_rows
+    from omnimed.tables.reproduce import for_training_seed, plan_rows
+
+    def needed(table: str, row: str) -> list[str]:
+        m = for_training_seed(load_manifest(Path(__file__).resolve().parents[1] / "experiments" / "omnirag" /
+                                            f"{table}.yaml"), 0)
+        need = steps_for_rows(m, "miniature", plan_rows(m, "miniature", []), {row})
+        return [step.name for step in m.prepare["miniature"] if step.name in need]
+
+    no_retrieval = needed("table4", "No Retrieval [Reader: Qwen2.5-7B]")
+    trains_a_planner = ("planner SFT", "planner SPO", "Trainable", "RaFe")
+    assert "reader training" in no_retrieval and not [s for s in no_retrieval if s.startswith(trains_a_planner)]
+    trainable = needed("table4", "Trainable Planning [Reader: Qwen2.5-7B]")
+    assert "Trainable Planning's labels (the reader's accuracy gain)" in trainable  # what its planner's data reads
+    assert not [s for s in trainable if s.startswith("RaFe")] and "planner SPO (DPO from the SFT planner)" not in trainable
+    spo = needed("table8", "+ SPO")
+    assert "planner SPO (DPO from the SFT planner)" in spo and not [s for s in spo if "without" in s]
+    assert "planner SPO without book" in needed("table8", "+ SPO (OOD corpus)")
+
+
 def test_a_model_that_only_other_rows_name_does_not_make_a_row_stale(tmp_path):
     """Table 7 trains its DPO-only planner after table 6 ran the SPO row they share: the SPO row's finished runs
     stay valid, since only the DPO-only row names that model. A model no row names (a build, a reader read through

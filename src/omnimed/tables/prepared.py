@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from omnimed.tables.manifest import TableManifest
+from omnimed.tables.manifest import PrepareStep, TableManifest
 
 if TYPE_CHECKING:
     from omnimed.tables.reproduce import RowPlan
@@ -34,10 +34,42 @@ def prepared_for_rows(manifest: TableManifest, preset: str, extra: list[str] | N
                                default=0.0) for plan in plans}
 
 
+def steps_for_rows(manifest: TableManifest, preset: str, plans: Sequence[RowPlan], rows: set[str]) -> set[str]:
+    """Names of the prepare steps ``rows`` need: those making an artifact the rows' overrides name, or one that no
+    row and no step names (read through defaults, as a training preset reads its data), and, in turn, the steps
+    whose artifacts a needed step's command names. So ``--rows`` on table 4's No Retrieval row trains none of the
+    baselines' planners."""
+    steps = manifest.prepare.get(preset, [])
+
+    def named_by(texts: Sequence[str], step: PrepareStep) -> bool:
+        folder = step.creates.removesuffix("/manifest.json")  # a build is named by its folder
+        return any(_names(text, folder) or _names_by_pattern(text, folder) for text in texts)
+
+    every_row = [o for plan in plans for o in plan.overrides]
+    chosen = [o for plan in plans if plan.row.name in rows for o in plan.overrides]
+    need = {s.name for s in steps if named_by(chosen, s) or (
+        not named_by(every_row, s) and not any(named_by(other.command, s) for other in steps if other is not s))}
+    grew = True
+    while grew:
+        more = {s.name for s in steps for user in steps if user.name in need and named_by(user.command, s)}
+        grew, need = not more <= need, need | more
+    return need
+
+
 def _artifact_times(manifest: TableManifest, preset: str, extra: list[str] | None) -> dict[str, float]:
     root = artifact_root(extra)
     return {step.creates: (root / step.creates).stat().st_mtime for step in manifest.prepare.get(preset, [])
             if (root / step.creates).exists()}
+
+
+def _names_by_pattern(text: str, path: str) -> bool:
+    """``text`` names ``${paths.root}/<path>`` through a placeholder the method fills in (table 8's
+    ``...-ood-{source}/hf`` names each held-out source's planner)."""
+    for named in re.findall(r"\$\{paths\.root\}/([^\s'\",\]]+)", text):
+        parts = re.split(r"(?<!\$)\{\w+\}", named)
+        if len(parts) > 1 and re.fullmatch(r"[\w.-]+".join(map(re.escape, parts)), path):
+            return True
+    return False
 
 
 def _names(override: str, path: str) -> bool:

@@ -32,7 +32,7 @@ from omnimed.tables.manifest import (
     eval_tasks,
     runnable_methods,
 )
-from omnimed.tables.prepared import artifact_root, prepared_for_rows
+from omnimed.tables.prepared import artifact_root, prepared_for_rows, steps_for_rows
 from omnimed.tables.report import Cell, Detectable, fill_averages, write_report
 from omnimed.tables.resume import compose_run, evaluate_configs, finished_runs, run_config_text
 from omnimed.tracking import other_code
@@ -274,15 +274,19 @@ def validate_prepare(manifest: TableManifest, preset: str, extra: list[str] | No
         _COMPOSED.add(command)
 
 
-def run_prepare(manifest: TableManifest, preset: str, runs_dir: Path, extra: list[str] | None, log=print) -> None:
-    """Run the preset's prepare steps whose ``creates`` path is missing, in order; output goes to a log file per
-    step. A failing step stops the table, naming the step and its log."""
+def run_prepare(manifest: TableManifest, preset: str, runs_dir: Path, extra: list[str] | None, log=print,
+                needed: set[str] | None = None) -> None:
+    """Run the preset's prepare steps whose ``creates`` path is missing, in order (only those ``needed`` names,
+    when given); output goes to a log file per step. A failing step stops the table, naming the step and its log."""
     root = artifact_root(extra)
     steps = manifest.prepare.get(preset, [])
     for i, step in enumerate(steps, start=1):
         target = root / step.creates
         if target.exists():
             log(f"prepare [{i}/{len(steps)}] {step.name}: done ({target})")
+            continue
+        if needed is not None and step.name not in needed:
+            log(f"prepare [{i}/{len(steps)}] {step.name}: not needed by the rows asked for")
             continue
         runs_dir.mkdir(parents=True, exist_ok=True)
         log_file = runs_dir / f"prepare-{slug(step.name)}.log"
@@ -575,7 +579,8 @@ def reproduce(
                 log(f"prepare {step.name}: {' '.join(step.command)} -> {step.creates}")
         elif not finished_only and any(plan.same_as_seed is None and (plan.datasets or plan.alone)
                                      and (only is None or plan.row.name in only) for plan in plans):
-            run_prepare(seeded, preset, runs_dir, extra, log)
+            run_prepare(seeded, preset, runs_dir, extra, log,
+                        needed=steps_for_rows(seeded, preset, plans, only) if only is not None else None)
         resume_after = None if rerun else prepared_for_rows(seeded, preset, extra, plans)
         per_seed[seed] = _run_rows(seeded, plans, preset, runs_dir, launcher, dry_run, log, per_seed, resume_after,
                                    finished_only, only)

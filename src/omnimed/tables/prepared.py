@@ -63,7 +63,7 @@ def _artifact_times(manifest: TableManifest, preset: str, extra: list[str] | Non
 
 
 def _names_by_pattern(text: str, path: str) -> bool:
-    """``text`` names ``${paths.root}/<path>`` through a placeholder the method fills in (table 8's
+    """``text`` names ``${paths.root}/<path>`` with a ``{field}`` the method fills in at run time (table 8's
     ``...-ood-{source}/hf`` names each held-out source's planner)."""
     for named in re.findall(r"\$\{paths\.root\}/([^\s'\",\]]+)", text):
         parts = re.split(r"(?<!\$)\{\w+\}", named)

@@ -228,14 +228,7 @@ class OmniRAG(Method):
                 for a, x in zip(answers, extras)]
 
     def undefined_metrics(self, answers: Sequence[Answer]) -> dict[str, str]:
-        plans = [a.extras["plan_queries"] for a in answers]
-        out: dict[str, str] = {}
-        for source in SOURCE_KINDS:  # as statistics.words_and_counts and diversity_by_source define them
-            if not any(plan.get(source) for plan in plans):
-                out[f"words_per_query/{source}"] = f"none of the {len(plans)} plans sent a query to {source}"
-            if not any(len(plan.get(source, [])) >= 2 for plan in plans):
-                out[f"query_diversity/{source}"] = f"none of the {len(plans)} plans sent two queries to {source}"
-        return out
+        return statistics.undefined_by_source([a.extras["plan_queries"] for a in answers])
 
     def metrics(self, answers: Sequence[Answer]) -> dict[str, float]:
         plans = [a.extras["plan_queries"] for a in answers]

@@ -64,3 +64,15 @@ def words_and_counts(plans: Sequence[Mapping[str, Sequence[str]]]) -> dict[str, 
         if sent:
             out[f"words_per_query/{source}"] = float(np.mean([len(q.replace(",", " ").split()) for q in sent]))
     return out
+
+
+def undefined_by_source(plans: Sequence[Mapping[str, Sequence[str]]]) -> dict[str, str]:
+    """Why a per-source statistic above has no value: ``words_per_query/<source>`` where no plan sent a query
+    there, ``query_diversity/<source>`` where no plan sent two."""
+    out: dict[str, str] = {}
+    for source in SOURCE_KINDS:
+        if not any(plan.get(source) for plan in plans):
+            out[f"words_per_query/{source}"] = f"none of the {len(plans)} plans sent a query to {source}"
+        if not any(len(plan.get(source, [])) >= 2 for plan in plans):
+            out[f"query_diversity/{source}"] = f"none of the {len(plans)} plans sent two queries to {source}"
+    return out

@@ -743,6 +743,32 @@ def test_rows_runs_only_the_named_rows_and_reads_the_others_as_they_stand(tmp_pa
     assert reproduce_cli(str(path), "--rows", "BM25", "--finished", cwd=tmp_path).returncode == 2
 
 
+def test_a_row_too_costly_at_a_preset_states_why_and_still_runs_when_asked_for(tmp_path):
+    """Table 4's SeRTS loop takes days a column on CPU: its manifest says so at ``miniature``, a whole-table run
+    leaves it out with that reason in its cells (and still logs the table), ``--rows`` runs it anyway, and the next
+    whole-table run reads that finished run instead of the reason. A reason for an unknown preset, or an empty one,
+    is refused."""
+    costly = {**ROWS[0], "not_run": {"miniature": "days a column on 2 cores"}}
+    path = manifest(tmp_path, [costly, ROWS[1]])
+    out = tmp_path / "experiments" / "demo" / "results"
+    res = reproduce_cli(str(path), f"paths.root={tmp_path}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = {row["row"]: row for row in csv.DictReader((out / "table1.csv").open())}
+    assert rows["BM25"]["status"] == "not run at miniature: days a column on 2 cores"
+    assert "1 rows run, 1 not run at miniature (why in the table)" in " ".join((res.stdout + res.stderr).split())
+    assert rows["Dense"]["status"] == "measured" and not (out / "runs" / "table1" / "bm25").exists()
+    assert (out / "runs" / "table1-report").is_dir()
+    assert reproduce_cli(str(path), "--rows", "BM25", f"paths.root={tmp_path}", cwd=tmp_path).returncode == 0
+    res = reproduce_cli(str(path), f"paths.root={tmp_path}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = {row["row"]: row for row in csv.DictReader((out / "table1.csv").open())}
+    assert rows["BM25"]["status"] == "measured" and float(rows["BM25"]["ours"]) > 0
+    for bad, match in (({"paper-scale": "x"}, r"BM25.*not_run for unknown presets \['paper-scale'\]"),
+                       ({"miniature": " "}, r"BM25.*not_run\.miniature is empty")):
+        with pytest.raises(ManifestError, match=match):
+            load_manifest(manifest(tmp_path, [{**ROWS[0], "not_run": bad}], name="table2"))
+
+
 def test_rows_prepare_only_the_steps_the_named_rows_read():
     """--rows trains what the asked rows read and not the other rows' models: table 4's No Retrieval row needs the
     reader (and the builds read through defaults), none of the planners; table 8's + SPO row none of the planners
@@ -798,6 +824,22 @@ def test_a_model_that_only_other_rows_name_does_not_make_a_row_stale(tmp_path):
     os.utime(tmp_path / steps["dpo"], (5000.0,) * 2)  # the DPO-only planner trained last
     when = prepared_for_rows(m, "miniature", extra, plan_rows(m, "miniature", extra))
     assert when["SPO"] == 3000.0 and when["DPO only"] == 5000.0 and when["BM25"] == 3000.0
+    # table 8's planners trained without one source, and their data: the OOD row names them through the method's
+    # {source}, so training them later leaves the other rows' runs standing
+    data["rows"].append({"name": "OOD", "method": "retrieval", "overrides": [
+        "task.methods=[bm25]", "+planner='${paths.root}/checkpoints/ood-{source}/hf'"]})
+    data["prepare"]["miniature"] += [
+        {"name": "ood data", "command": ["omnimed-build"], "creates": "builds/ood/manifest.json"},
+        {"name": "ood", "command": ["omnimed-train", "data.path=${paths.root}/builds/ood"],
+         "creates": "checkpoints/ood-book/hf"}]
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    for creates, t in (("builds/ood/manifest.json", 6000.0), ("checkpoints/ood-book/hf", 7000.0)):
+        (tmp_path / creates).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / creates).touch()
+        os.utime(tmp_path / creates, (t, t))
+    m = load_manifest(path)
+    when = prepared_for_rows(m, "miniature", extra, plan_rows(m, "miniature", extra))
+    assert when["SPO"] == 3000.0 and when["BM25"] == 3000.0 and when["OOD"] == 7000.0
 
 
 def test_a_stopped_table_resumes_after_its_finished_runs_and_reruns_what_changed(tmp_path):

@@ -46,9 +46,15 @@ def list_tables(root: Path) -> int:
         table.add_row(m.paper, m.table, str(len(m.rows)), str(c["runnable"]), str(c["missing"]),
                       str(c["external"]), str(len(m.columns)), m.metric)
         why += [f"  {m.group}: {n} missing: {reason}" for reason, n in m.missing_reasons().items()]
+        costly: dict[tuple[str, str], int] = {}
+        for row in m.rows:
+            for preset, reason in row.not_run.items():
+                costly[preset, reason] = costly.get((preset, reason), 0) + 1
+        why += [f"  {m.group}: {n} not run at {preset} (--rows runs them): {reason}"
+                for (preset, reason), n in costly.items()]
     console.print(table)
     if why:
-        console.print("why rows are missing:\n" + "\n".join(why), highlight=False, soft_wrap=True)
+        console.print("why rows are missing or not run:\n" + "\n".join(why), highlight=False, soft_wrap=True)
     return 1 if bad else 0
 
 
@@ -124,7 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     counts = manifest.counts()
     measured = sum(c.status == "measured" for row in cells.values() for c in row.values())
     failed = sum(c.status.startswith("failed") for row in cells.values() for c in row.values())
-    console.print(f"{manifest.group}: {counts['runnable']} rows run, {counts['missing']} missing (method not built or "
+    costly = sum(1 for row in manifest.rows if row.status == "runnable" and row.not_run.get(args.preset)
+                 and row.name not in args.rows)
+    console.print(f"{manifest.group}: {counts['runnable'] - costly} rows run"
+                  + (f", {costly} not run at {args.preset} (why in the table)" if costly else "")
+                  + f", {counts['missing']} missing (method not built or "
                   f"metric not produced yet), {counts['external']} external; {measured} cells measured"
                   + (f", [red]{failed} failed[/red] (reasons in the table)" if failed else ""))
     for ext, path in paths.items():

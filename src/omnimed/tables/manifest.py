@@ -75,6 +75,9 @@ class Row(BaseModel):
     column_overrides: dict[str, list[str]] = Field(default_factory=dict)
     published: dict[str, Optional[float]] = Field(default_factory=dict)
     note: str = ""
+    # preset -> why the row is not run at that preset (a measured cost, say) unless ``--rows`` names it; its cells
+    # state the reason, so the table is whole without a run that no one can afford there
+    not_run: dict[str, str] = Field(default_factory=dict)
     # set by the table: why a row whose method is built still cannot run (a metric its task does not produce)
     _blocked: str = PrivateAttr(default="")
 
@@ -154,9 +157,14 @@ class TableManifest(BaseModel):
         if self.task is not None and self.task not in eval_tasks():
             raise ValueError(f"task={self.task!r}; expected one of {sorted(eval_tasks())}")
         for row in self.rows:
-            odd = set(row.preset_overrides) - set(self.presets)
-            if odd:
-                raise ValueError(f"row {row.name!r}: preset_overrides for unknown presets {sorted(odd)}")
+            for field in ("preset_overrides", "not_run"):
+                odd = set(getattr(row, field)) - set(self.presets)
+                if odd:
+                    raise ValueError(f"row {row.name!r}: {field} for unknown presets {sorted(odd)}; presets are "
+                                     f"{sorted(self.presets)}")
+            blank = [preset for preset, why in row.not_run.items() if not why.strip()]
+            if blank:
+                raise ValueError(f"row {row.name!r}: not_run.{blank[0]} is empty; say why the row is not run there")
         stray = set(self.prepare) - set(self.presets)
         if stray:
             raise ValueError(f"prepare: presets {sorted(stray)} are not among presets {sorted(self.presets)}")

@@ -25,13 +25,17 @@ def artifact_root(extra: list[str] | None) -> Path:
 
 def prepared_for_rows(manifest: TableManifest, preset: str, extra: list[str] | None,
                       plans: Sequence[RowPlan]) -> dict[str, float]:
-    """Per row, when the newest prepared artifact it may read was made: the artifacts its overrides name, and
-    those that no row names (a build or a model read through defaults counts for every row). A model that only
-    other rows name (table 7's DPO-only planner) does not make this row's finished runs stale."""
+    """Per row, when the newest prepared artifact it may read was made: those of the steps it needs
+    (:func:`steps_for_rows`: the artifacts its overrides name, those read through defaults, and what their steps
+    read in turn). A model that only other rows name (table 7's DPO-only planner, table 8's planners trained
+    without one source) does not make this row's finished runs stale."""
     made = _artifact_times(manifest, preset, extra)
-    named = {path: {plan.row.name for plan in plans if any(_names(o, path) for o in plan.overrides)} for path in made}
-    return {plan.row.name: max((when for path, when in made.items() if not named[path] or plan.row.name in named[path]),
-                               default=0.0) for plan in plans}
+    steps = manifest.prepare.get(preset, [])
+    out = {}
+    for plan in plans:
+        need = steps_for_rows(manifest, preset, plans, {plan.row.name})
+        out[plan.row.name] = max((made[s.creates] for s in steps if s.name in need and s.creates in made), default=0.0)
+    return out
 
 
 def steps_for_rows(manifest: TableManifest, preset: str, plans: Sequence[RowPlan], rows: set[str]) -> set[str]:

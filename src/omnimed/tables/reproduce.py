@@ -274,6 +274,19 @@ def validate_prepare(manifest: TableManifest, preset: str, extra: list[str] | No
         _COMPOSED.add(command)
 
 
+NOT_NEEDED = "not needed by the rows to run"
+
+
+def rows_to_run(plans: list[RowPlan], preset: str, rows: Sequence[str]) -> set[str] | None:
+    """The rows a table runs (None: every row): those ``--rows`` names, else every row but those whose manifest
+    says why they are not run at ``preset`` (``not_run``); with the rows whose run they share."""
+    asked = set(rows) or ({plan.row.name for plan in plans if not plan.row.not_run.get(preset)}
+                          if any(plan.row.not_run.get(preset) for plan in plans) else set())
+    if not asked:
+        return None
+    return {*asked, *(plan.same_as for plan in plans if plan.row.name in asked and plan.same_as)}
+
+
 def run_prepare(manifest: TableManifest, preset: str, runs_dir: Path, extra: list[str] | None, log=print,
                 needed: set[str] | None = None) -> None:
     """Run the preset's prepare steps whose ``creates`` path is missing, in order (only those ``needed`` names,
@@ -286,7 +299,7 @@ def run_prepare(manifest: TableManifest, preset: str, runs_dir: Path, extra: lis
             log(f"prepare [{i}/{len(steps)}] {step.name}: done ({target})")
             continue
         if needed is not None and step.name not in needed:
-            log(f"prepare [{i}/{len(steps)}] {step.name}: not needed by the rows asked for")
+            log(f"prepare [{i}/{len(steps)}] {step.name}: {NOT_NEEDED}")
             continue
         runs_dir.mkdir(parents=True, exist_ok=True)
         log_file = runs_dir / f"prepare-{slug(step.name)}.log"
@@ -490,9 +503,10 @@ def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_d
                 continue
             todo = {key: cols for key, cols in datasets.items() if key not in done}
             if finished_only or (only is not None and plan.row.name not in only):  # an interim report's row
-                cells[plan.row.name].update({col: Cell(status="not run yet: " + (
+                why = plan.row.not_run.get(preset) if only is not None and plan.row.name not in only else None
+                status = (f"not run at {preset}: {why}" if why else "not run yet: " + (
                     "the table's run has not reached it" if finished_only else "not among the rows asked for"))
-                                             for key in todo for col in todo[key]})
+                cells[plan.row.name].update({col: Cell(status=status) for key in todo for col in todo[key]})
                 datasets, todo = {key: cols for key, cols in datasets.items() if key in done}, {}
             res = (run_row(plan, manifest, runs_dir, launcher, folder, todo, extra) if todo
                    else subprocess.CompletedProcess([], 0))
@@ -572,15 +586,15 @@ def reproduce(
             log(f"  read from {spread_file}, where an earlier run stored it for the rows as defined now; not "
                 "trained or run again (delete the file to measure every seed again)")
             continue
-        only = ({*rows, *(plan.same_as for plan in plans if plan.row.name in rows and plan.same_as)} if rows
-                else None)
+        only = rows_to_run(plans, preset, rows)
+        needed = steps_for_rows(seeded, preset, plans, only) if only is not None else None
         if dry_run:
             for step in seeded.prepare.get(preset, []):
-                log(f"prepare {step.name}: {' '.join(step.command)} -> {step.creates}")
+                log(f"prepare {step.name}: " + (f"{' '.join(step.command)} -> {step.creates}"
+                                                if needed is None or step.name in needed else NOT_NEEDED))
         elif not finished_only and any(plan.same_as_seed is None and (plan.datasets or plan.alone)
                                      and (only is None or plan.row.name in only) for plan in plans):
-            run_prepare(seeded, preset, runs_dir, extra, log,
-                        needed=steps_for_rows(seeded, preset, plans, only) if only is not None else None)
+            run_prepare(seeded, preset, runs_dir, extra, log, needed=needed)
         resume_after = None if rerun else prepared_for_rows(seeded, preset, extra, plans)
         per_seed[seed] = _run_rows(seeded, plans, preset, runs_dir, launcher, dry_run, log, per_seed, resume_after,
                                    finished_only, only)

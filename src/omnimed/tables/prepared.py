@@ -1,15 +1,18 @@
-"""When a table's prepared artifacts (the models and builds of its ``prepare`` steps) were made, and so which
-finished runs still compute what a run would now: a run that finished before a model it reads was retrained is
-stale, and one that finished before a model only other rows read is not."""
+"""A table's ``prepare`` steps (the models and builds its rows read): which steps the rows to run need, their
+commands (composed before anything runs), and when their artifacts were made, so which finished runs still
+compute what a run would now: a run that finished before a model it reads was retrained is stale, and one that
+finished before a model only other rows read is not."""
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from omnimed.tables.manifest import PrepareStep, TableManifest
+from omnimed.tables.manifest import ManifestError, PrepareStep, TableManifest
 
 if TYPE_CHECKING:
     from omnimed.tables.reproduce import RowPlan
@@ -79,3 +82,39 @@ def _names_by_pattern(text: str, path: str) -> bool:
 def _names(override: str, path: str) -> bool:
     """``override``'s value holds the artifact path ``path`` whole (not as the prefix of a longer name)."""
     return re.search(rf"(?<![\w.-]){re.escape(path)}(?![\w.-])", override) is not None
+
+
+def step_command(step: PrepareStep, extra: list[str] | None) -> list[str]:
+    """The step's command with this environment's executable and the table's ``paths.root``."""
+    root = [item for item in extra or [] if item.startswith("paths.root=")]
+    return [str(Path(sys.executable).parent / step.command[0]), *step.command[1:], *root]
+
+
+_COMPOSED: set[tuple[str, ...]] = set()  # prepare commands already composed in this process (tables share recipes)
+
+
+def validate_prepare(manifest: TableManifest, preset: str, extra: list[str] | None) -> None:
+    """Compose every prepare step that still has to run (its app's ``--cfg job``), so a bad one fails first."""
+    root = artifact_root(extra)
+    for step in manifest.prepare.get(preset, []):
+        command = tuple(step_command(step, extra))
+        if (root / step.creates).exists() or command in _COMPOSED:
+            continue
+        res = subprocess.run([*command, "--cfg", "job"], text=True, capture_output=True)
+        if res.returncode != 0:
+            tail = (res.stderr or res.stdout).strip().splitlines()[-6:]
+            raise ManifestError(f"{manifest.group}: prepare step {step.name!r} does not compose: " + " | ".join(tail))
+        _COMPOSED.add(command)
+
+
+NOT_NEEDED = "not needed by the rows to run"
+
+
+def rows_to_run(plans: list[RowPlan], preset: str, rows: Sequence[str]) -> set[str] | None:
+    """The rows a table runs (None: every row): those ``--rows`` names, else every row but those whose manifest
+    says why they are not run at ``preset`` (``not_run``); with the rows whose run they share."""
+    asked = set(rows) or ({plan.row.name for plan in plans if not plan.row.not_run.get(preset)}
+                          if any(plan.row.not_run.get(preset) for plan in plans) else set())
+    if not asked:
+        return None
+    return {*asked, *(plan.same_as for plan in plans if plan.row.name in asked and plan.same_as)}

@@ -26,13 +26,20 @@ from omnimed.tables.detectable import answer_skew, detectable_difference, questi
 from omnimed.tables.manifest import (
     AVERAGE,
     ManifestError,
-    PrepareStep,
     Row,
     TableManifest,
     eval_tasks,
     runnable_methods,
 )
-from omnimed.tables.prepared import artifact_root, prepared_for_rows, steps_for_rows
+from omnimed.tables.prepared import (
+    NOT_NEEDED,
+    artifact_root,
+    prepared_for_rows,
+    rows_to_run,
+    step_command,
+    steps_for_rows,
+    validate_prepare,
+)
 from omnimed.tables.report import Cell, Detectable, fill_averages, write_report
 from omnimed.tables.resume import compose_run, evaluate_configs, finished_runs, run_config_text
 from omnimed.tracking import other_code
@@ -252,41 +259,6 @@ def run_row(plan: RowPlan, manifest: TableManifest, runs_dir: Path, launcher: st
     return subprocess.run(cmd, check=False, text=True, capture_output=True)
 
 
-def _step_command(step: PrepareStep, extra: list[str] | None) -> list[str]:
-    root = [item for item in extra or [] if item.startswith("paths.root=")]
-    return [str(Path(sys.executable).parent / step.command[0]), *step.command[1:], *root]
-
-
-_COMPOSED: set[tuple[str, ...]] = set()  # prepare commands already composed in this process (tables share recipes)
-
-
-def validate_prepare(manifest: TableManifest, preset: str, extra: list[str] | None) -> None:
-    """Compose every prepare step that still has to run (its app's ``--cfg job``), so a bad one fails first."""
-    root = artifact_root(extra)
-    for step in manifest.prepare.get(preset, []):
-        command = tuple(_step_command(step, extra))
-        if (root / step.creates).exists() or command in _COMPOSED:
-            continue
-        res = subprocess.run([*command, "--cfg", "job"], text=True, capture_output=True)
-        if res.returncode != 0:
-            tail = (res.stderr or res.stdout).strip().splitlines()[-6:]
-            raise ManifestError(f"{manifest.group}: prepare step {step.name!r} does not compose: " + " | ".join(tail))
-        _COMPOSED.add(command)
-
-
-NOT_NEEDED = "not needed by the rows to run"
-
-
-def rows_to_run(plans: list[RowPlan], preset: str, rows: Sequence[str]) -> set[str] | None:
-    """The rows a table runs (None: every row): those ``--rows`` names, else every row but those whose manifest
-    says why they are not run at ``preset`` (``not_run``); with the rows whose run they share."""
-    asked = set(rows) or ({plan.row.name for plan in plans if not plan.row.not_run.get(preset)}
-                          if any(plan.row.not_run.get(preset) for plan in plans) else set())
-    if not asked:
-        return None
-    return {*asked, *(plan.same_as for plan in plans if plan.row.name in asked and plan.same_as)}
-
-
 def run_prepare(manifest: TableManifest, preset: str, runs_dir: Path, extra: list[str] | None, log=print,
                 needed: set[str] | None = None) -> None:
     """Run the preset's prepare steps whose ``creates`` path is missing, in order (only those ``needed`` names,
@@ -307,7 +279,7 @@ def run_prepare(manifest: TableManifest, preset: str, runs_dir: Path, extra: lis
         why = f" ({target.parent} holds {', '.join(held[:4])} but no {target.name}: an earlier run stopped first)"
         log(f"prepare [{i}/{len(steps)}] {step.name}: running{why if held else ''}, log in {log_file}")
         with log_file.open("w") as fh:
-            res = subprocess.run(_step_command(step, extra), stdout=fh, stderr=subprocess.STDOUT)
+            res = subprocess.run(step_command(step, extra), stdout=fh, stderr=subprocess.STDOUT)
         if res.returncode != 0 or not target.exists():
             raise ManifestError(f"{manifest.group}: prepare step {step.name!r} failed (exit {res.returncode}; "
                                 f"{target} {'missing' if not target.exists() else 'present'}); see {log_file}")

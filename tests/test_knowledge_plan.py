@@ -126,6 +126,12 @@ def test_tags_are_case_insensitive_and_spaced_tags_are_read() -> None:
     assert parsed.problems == ["missing tags (sources unused): <guideline>, <research>, <graph>"]
 
 
+def test_only_the_offered_sources_tags_can_be_missing() -> None:
+    """Table 8 offers the planner one source: a plan with that source's tag alone is whole, not malformed."""
+    assert parse_plan("<book>a ; b</book>", sources=["book"]).ok
+    assert parse_plan("<wiki>a</wiki>", sources=["book"]).problems == ["missing tags (sources unused): <book>"]
+
+
 # ---------------------------------------------------------------------------------------------- malformed input
 def _problem(parsed: PlanParse, *words: str) -> str:
     found = [p for p in parsed.problems if all(w in p for w in words)]

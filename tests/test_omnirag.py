@@ -441,8 +441,8 @@ def test_a_trained_planner_beside_the_oracle_reader_is_served_from_its_export_an
 
 def test_one_available_source_leaves_the_plans_other_queries_unsearched_and_picks_its_ood_planner(
         world_tiny, kb_tiny, monkeypatch):
-    """Table 8: pipeline.sources=[one] is the only source searched, whatever the plan asks; the OOD planner's
-    export is the one trained without that source ({source} in its path)."""
+    """Table 8: pipeline.sources=[one] is the only source searched, whatever the plan asks, and the only one whose
+    tag a plan can miss; the OOD planner's export is the one trained without that source ({source} in its path)."""
     from omnimed.generation.factory import BackendConfig
     from omnimed.methods import backends
     from omnimed.methods.omnirag.method import OmniRAG, OmniRAGConfig
@@ -454,6 +454,7 @@ def test_one_available_source_leaves_the_plans_other_queries_unsearched_and_pick
                               kb_tiny, seed=0)
     assert answer.evidence and all(pid.startswith("book:") for pid in answer.evidence)
     assert "queries for wiki not searched: pipeline.sources=['book']" in answer.extras["plan_problems"]
+    assert not [p for p in answer.extras["plan_problems"] if p.startswith("missing tags")]  # only book was offered
 
     served = []
     monkeypatch.setattr(backends, "run_backend", lambda cfg, **kw: served.append(cfg) or "planner")

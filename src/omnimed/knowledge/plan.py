@@ -14,6 +14,7 @@ offsets, in ``PlanParse.problems`` (which a trainer can also use as a format sig
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from omnimed.data.records import MAX_QUERIES_PER_SOURCE, SOURCE_KINDS, Plan
@@ -156,21 +157,24 @@ class _Scanner:
         self.open, self.ignored, self.parts = None, False, []
 
 
-def _scan(text: str, max_queries: int) -> tuple[dict[str, list[str]], list[str]]:
-    """The queries per source tag of ``text`` (sources in canonical order) and what was wrong with the rest."""
+def _scan(text: str, max_queries: int,
+          offered: Sequence[str] = SOURCE_KINDS) -> tuple[dict[str, list[str]], list[str]]:
+    """The queries per source tag of ``text`` (sources in canonical order) and what was wrong with the rest; a
+    source not ``offered`` is not missing when its tag is."""
     scanner = _Scanner(text, max_queries)
     scanner.run()
     problems = scanner.problems
     if not scanner.queries:
         problems.append("no source tags found" if text.strip() else "empty plan text")
     else:
-        missing = [s for s in SOURCE_KINDS if s not in scanner.queries]
+        missing = [s for s in SOURCE_KINDS if s in offered and s not in scanner.queries]
         if missing:
             problems.append("missing tags (sources unused): " + ", ".join(f"<{s}>" for s in missing))
     return {s: scanner.queries[s] for s in SOURCE_KINDS if s in scanner.queries}, problems
 
 
-def parse_plan(text: str, *, question: str = "", question_id: str = "") -> PlanParse:
+def parse_plan(text: str, *, question: str = "", question_id: str = "",
+               sources: Sequence[str] = SOURCE_KINDS) -> PlanParse:
     """Read a plan from planner output; never raises on what a model writes.
 
     Valid parts are kept: each known tag gives its source's queries (split at ``;``, whitespace collapsed, the
@@ -178,13 +182,14 @@ def parse_plan(text: str, *, question: str = "", question_id: str = "") -> PlanP
     ``plan.queries``. Everything else is reported in ``problems`` with its character offset: unknown tags
     (an unknown element outside the source tags is skipped whole, e.g. ``<think>...</think>``), unclosed or
     mismatched tags (the text read so far is kept), duplicate tags (the first wins), empty queries, more than 3
-    queries, text outside tags, graph queries without a comma, and missing source tags.
+    queries, text outside tags, graph queries without a comma, and missing tags of the ``sources`` the planner was
+    offered (all five by default; table 8 offers one).
     """
     if not isinstance(text, str):
         return PlanParse(
             Plan(question=question, question_id=question_id), [f"expected text, got {type(text).__name__}"]
         )
-    queries, problems = _scan(text, MAX_QUERIES_PER_SOURCE)
+    queries, problems = _scan(text, MAX_QUERIES_PER_SOURCE, sources)
     return PlanParse(Plan(question=question, question_id=question_id, queries=queries), problems)
 
 

@@ -85,7 +85,7 @@ def write_and_review(method: OmniRAG, questions: Sequence[Any], histories: Seque
     """``params.n`` new plans per question given its reviews so far (:func:`plan_requests`), each reviewed
     (:func:`review`); a plan whose call failed is not reviewed and carries the error."""
     gens = planner.generate(plan_requests(questions, histories, sources), params)
-    flat = [(j, g, parse_plan(g.text if g.error is None else "", question_id=questions[j].id))
+    flat = [(j, g, parse_plan(g.text if g.error is None else "", question_id=questions[j].id, sources=sources))
             for j, sampled in enumerate(gens) for g in sampled]
     ok = [(j, parse) for j, g, parse in flat if g.error is None]
     reviews = iter(review(method, [questions[j] for j, _ in ok], [parse for _, parse in ok], planner, kb, sources,

@@ -180,7 +180,7 @@ class OmniRAG(Method):
              seed: int) -> list[Planned]:
         """Each question's plan: the planner's reply (:meth:`write_plans`), parsed as far as it is valid. Baselines
         that plan otherwise (Query2Doc, Reflexion, SeRTS) override this and keep the rest."""
-        return [Planned(parse_plan(g.text if g.error is None else "", question_id=q.id), g.error)
+        return [Planned(parse_plan(g.text if g.error is None else "", question_id=q.id, sources=sources), g.error)
                 for q, g in zip(questions, self.write_plans(questions, planner, sources, seed))]
 
     def search(self, kb: Any, plan: Plan) -> tuple[list[tuple[str, str, list[Any]]], list[str]]:

@@ -46,12 +46,8 @@ def list_tables(root: Path) -> int:
         table.add_row(m.paper, m.table, str(len(m.rows)), str(c["runnable"]), str(c["missing"]),
                       str(c["external"]), str(len(m.columns)), m.metric)
         why += [f"  {m.group}: {n} missing: {reason}" for reason, n in m.missing_reasons().items()]
-        costly: dict[tuple[str, str], int] = {}
-        for row in m.rows:
-            for preset, reason in row.not_run.items():
-                costly[preset, reason] = costly.get((preset, reason), 0) + 1
         why += [f"  {m.group}: {n} not run at {preset} (--rows runs them): {reason}"
-                for (preset, reason), n in costly.items()]
+                for (preset, reason), n in m.not_run_reasons().items()]
     console.print(table)
     if why:
         console.print("why rows are missing or not run:\n" + "\n".join(why), highlight=False, soft_wrap=True)

@@ -234,6 +234,14 @@ class TableManifest(BaseModel):
                 out[row.reason] = out.get(row.reason, 0) + 1
         return out
 
+    def not_run_reasons(self) -> dict[tuple[str, str], int]:
+        """Why rows are not run at a preset (``not_run``): (preset, reason) -> how many rows."""
+        out: dict[tuple[str, str], int] = {}
+        for row in self.rows:
+            for preset, reason in row.not_run.items():
+                out[preset, reason] = out.get((preset, reason), 0) + 1
+        return out
+
 
 def load_manifest(path: str | Path) -> TableManifest:
     path = Path(path)

@@ -433,6 +433,13 @@ def test_the_smallest_detectable_difference_is_the_paired_half_width_of_the_most
         {"question_id": "o2", "seed": 0, "labels": []}]))
     assert question_outcomes(open_run, "statement_correct_ratio") == {"o1#0": 0.5}  # no statements: no share
     assert question_outcomes(open_run, "statement_correct_count") == {"o1#0": 2.0, "o2#0": 0.0}
+    # an LUQ column (Omni-RAG table 10): each sampled question's uncertainty; questions left unsampled have none
+    luq_run = tmp_path / "luq"
+    luq_run.mkdir()
+    (luq_run / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [
+        {"question_id": "m1", "seed": 0, "correct": True, "luq": 0.25}, {"question_id": "m2", "seed": 0, "luq": None},
+        {"question_id": "m3", "seed": 0, "correct": False}]))
+    assert question_outcomes(luq_run, "luq") == {"m1#0": 0.25}
     # numbers pair the same way: the half-width from the mean squared difference (here 0.25 and 0.75 apart)
     half, n = detectable_difference([{"o1#0": 0.5, "o3#0": 1.0}, {"o1#0": 0.25, "o3#0": 0.25}])
     assert n == 2 and half == pytest.approx(1.959964 * (((0.25 ** 2 + 0.75 ** 2) / 2) / 2) ** 0.5, abs=1e-6)

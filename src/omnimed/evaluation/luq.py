@@ -4,8 +4,9 @@ an answer's consistency is the mean over its sentences and the other answers of
 P(entail) / (P(entail) + P(contradict)); the question's uncertainty is 1 minus the mean consistency of its answers.
 
 The NLI judge is either a sequence-classification NLI model (a hub id or a folder, its labels read from the model
-config: ``entailment`` / ``contradiction``) or, as LUQ's LLM variant, a generation backend asked whether the
-premise entails the hypothesis, read from its next-token probabilities of ``Yes`` and ``No``.
+config: ``entailment`` / ``contradiction``), or, as LUQ's LLM variant, a generation backend asked whether the
+premise entails the hypothesis, read from its next-token probabilities of ``Yes`` and ``No``, or, for closed-form
+answers (an option letter), :class:`ExactNLI`.
 """
 
 from __future__ import annotations
@@ -84,9 +85,49 @@ class ClassifierNLI:
         return out
 
 
+class ExactNLI:
+    """The judge of closed-form answers (``task.luq_nli=exact``): a hypothesis sentence is entailed when it reads
+    the same as a sentence of the premise (case, punctuation and spacing aside) and contradicted otherwise, since
+    two different options of one question exclude each other. Free text would need a real NLI judge: a paraphrase
+    would count as a contradiction here."""
+
+    def entail_contradict(self, pairs: Sequence[tuple[str, str]]) -> list[tuple[float, float]]:
+        return [(1.0, 0.0) if _plain(h) in {_plain(s) for s in split_sentences(p)} else (0.0, 1.0) for p, h in pairs]
+
+
+def _plain(sentence: str) -> str:
+    return " ".join(re.sub(r"[^\w\s]", " ", sentence.lower()).split())
+
+
 def nli_judge(name_or_path: str | None, backend: Any) -> NLIJudge:
-    """``task.luq_nli``: null asks the run's backend (:class:`BackendNLI`), else an NLI classifier."""
+    """``task.luq_nli``: null asks the run's backend (:class:`BackendNLI`), ``exact`` compares closed-form answers
+    (:class:`ExactNLI`), anything else names an NLI classifier."""
+    if name_or_path == "exact":
+        return ExactNLI()
     return BackendNLI(backend) if name_or_path is None else ClassifierNLI(name_or_path)
+
+
+def option_samples(option_logprobs: Sequence[dict[str, float] | None], n: int, temperature: float,
+                   seed: int) -> list[list[str]]:
+    """``n`` answers (``<answer>X</answer>``) per question drawn from the reader's log-probabilities of the option
+    letters at ``temperature`` (p proportional to exp(log p / T)): the letter that sampling after ``<answer>``
+    draws, restricted to the options, for a reader whose answer is that letter alone, without ``n`` more prompts'
+    worth of computation (``task.luq_sampler=options``). A question without scores gets no samples."""
+    import numpy as np
+
+    if temperature <= 0:
+        raise ValueError(f"task.luq_temperature={temperature}: sampling the options needs a temperature above 0")
+    rng = np.random.default_rng(seed)
+    out: list[list[str]] = []
+    for scores in option_logprobs:
+        if not scores:
+            out.append([])
+            continue
+        letters = list(scores)
+        logits = np.array([scores[k] for k in letters], dtype=float) / temperature
+        p = np.exp(logits - logits.max())
+        out.append([f"<answer>{letters[i]}</answer>" for i in rng.choice(len(letters), size=n, p=p / p.sum())])
+    return out
 
 
 def answer_text(raw: str) -> str:

@@ -48,11 +48,17 @@ class QATaskConfig:
     # (PolyRAG uses GPT-4: judge.name=openai judge.model=...); model null: the run's model
     judge: BackendConfig = field(default_factory=BackendConfig)
     # LUQ uncertainty (Omni-RAG table 10, omnimed.evaluation.luq): luq_samples answers per question sampled at
-    # luq_temperature (the paper: 9 at 0.7; 0 = off), judged by luq_nli: an NLI classifier (hub id or folder) or
-    # null, the run's backend asked yes / no
+    # luq_temperature (the paper: 9 at 0.7; 0 = off), judged by luq_nli: an NLI classifier (hub id or folder),
+    # exact (closed-form answers: the same option entails, another contradicts) or null, the run's backend asked
+    # yes / no; luq_limit: sample the first luq_limit questions only (null: all; accuracy still reads every one);
+    # luq_sampler: generate (the run's method answers again at luq_temperature) or options (each sample drawn from
+    # the option letters' log-probabilities that pipeline.answer_mode=logprob read: a reader whose answer is the
+    # letter alone, at no extra prompt)
     luq_samples: int = 0
     luq_temperature: float = 0.7
     luq_nli: Optional[str] = None
+    luq_limit: Optional[int] = None
+    luq_sampler: str = "generate"
 
 
 @dataclass
@@ -131,7 +137,7 @@ def run_qa_evaluation(cfg, output_dir) -> QAResult:
                 extra.update(statements=judgement["statements"], labels=judgement["labels"])
         failures[seed] = []
         if cfg.task.luq_samples:
-            own[seed].update(_luq(cfg, method, questions, backend, kb, seed, extras, failures[seed]))
+            own[seed].update(_luq(cfg, method, questions, answers, backend, kb, seed, extras, failures[seed]))
         for q, a, extra in zip(questions, answers, extras):
             error = a.error or extra.pop("judge_error", None)
             if error:  # the call failed: counted apart from answers that came back unreadable
@@ -195,12 +201,39 @@ def sampling_method(cfg: Any) -> Any:
     return build_method(pipeline)
 
 
-def _luq(cfg: Any, method: Any, questions: Sequence[Any], backend: Any, kb: Any, seed: int,
+def _luq(cfg: Any, method: Any, questions: Sequence[Any], answers: Sequence[Any], backend: Any, kb: Any, seed: int,
          extras: list[dict[str, Any]], failures: list[tuple[str, str]]) -> dict[str, float]:
     """``task.luq_samples`` sampled answers per question, their LUQ uncertainty in each question's extras (with the
-    samples) and its mean as ``luq``; a sample whose call failed is left out and counted among the failures."""
-    from omnimed.evaluation.luq import luq, nli_judge
+    samples) and its mean as ``luq``, over the first ``task.luq_limit`` questions; a sample whose call failed is
+    left out and counted among the failures."""
+    from omnimed.evaluation.luq import luq, nli_judge, option_samples
 
+    task = cfg.task
+    if task.luq_limit is not None and task.luq_limit < 1:
+        raise ValueError(f"task.luq_limit={task.luq_limit}: expected a positive number of questions, or null for all")
+    if task.luq_sampler not in ("generate", "options"):
+        raise ValueError(f"task.luq_sampler={task.luq_sampler!r}: expected generate or options")
+    questions, answers = questions[:task.luq_limit], answers[:task.luq_limit]
+    if task.luq_sampler == "options":
+        if getattr(cfg.pipeline, "answer_mode", None) != "logprob":
+            raise ValueError(f"task.luq_sampler=options draws from the option letters' log-probabilities, which "
+                             f"pipeline.answer_mode=logprob reads; pipeline={method.name} has answer_mode="
+                             f"{getattr(cfg.pipeline, 'answer_mode', None)}")
+        letter_logprobs = [json.loads(a.raw) if a.error is None and a.raw else None for a in answers]
+        samples = option_samples(letter_logprobs, task.luq_samples, task.luq_temperature, seed)
+    else:
+        samples = _generated_samples(cfg, method, questions, backend, kb, seed, failures)
+    scores = luq(samples, nli_judge(task.luq_nli, backend))
+    for extra, texts, score in zip(extras, samples, scores):
+        extra.update(luq=score, luq_samples=texts)
+    measured = [u for u in scores if u is not None]  # no luq at all when no question has two answers to compare
+    return {**({"luq": sum(measured) / len(measured)} if measured else {}), "luq/n": float(len(measured))}
+
+
+def _generated_samples(cfg: Any, method: Any, questions: Sequence[Any], backend: Any, kb: Any, seed: int,
+                       failures: list[tuple[str, str]]) -> list[list[str]]:
+    """Each question's answers from the run's method asked again ``task.luq_samples`` times at the sampling
+    temperature; a failed call is left out and counted among ``failures``."""
     sampler = sampling_method(cfg)
     sampler.serve(cfg.backend, cfg.model)
     sampler.cache_root, sampler.demonstrations = cfg.paths.cache, method.demonstrations
@@ -211,11 +244,7 @@ def _luq(cfg: Any, method: Any, questions: Sequence[Any], backend: Any, kb: Any,
                 failures.append((describe_backend(backend), a.error))
             else:
                 texts.append(a.raw)
-    scores = luq(samples, nli_judge(cfg.task.luq_nli, backend))
-    for extra, texts, score in zip(extras, samples, scores):
-        extra.update(luq=score, luq_samples=texts)
-    measured = [u for u in scores if u is not None]  # no luq at all when no question has two answers to compare
-    return {**({"luq": sum(measured) / len(measured)} if measured else {}), "luq/n": float(len(measured))}
+    return samples
 
 
 def seed_summary(outcomes: dict[int, Sequence[bool | None]], *, n_resamples: int = 1000,

@@ -5,8 +5,9 @@ Two rows scored on the same questions differ only where they disagree: with ``n`
 ``p`` are discordant (one row right, the other wrong), the paired difference has standard error ``sqrt(p / n)``
 when the rows are about equally good, so a difference smaller than ``1.96 * sqrt(p / n)`` is within noise. A
 column states this for the pair of its rows that disagree most, the bound that holds for every pair. A per-question
-score that is a number (PolyRAG table 2's share of correct statements in each answer) takes the same form with ``p``
-the mean squared per-question difference, which for right / wrong outcomes is the discordant share.
+score that is a number (PolyRAG table 2's share of correct statements in each answer, Omni-RAG table 10's LUQ
+uncertainty) takes the same form with ``p`` the mean squared per-question difference, which for right / wrong
+outcomes is the discordant share.
 
 :func:`paired_difference` is the interval of one pair's difference itself (a table's rows against its
 ``paired_against`` row): the mean per-question difference +- 1.96 standard errors.
@@ -30,8 +31,8 @@ def question_outcomes(run_dir: Path, metric: str) -> dict[str, bool | float] | N
     ``<type>/accuracy`` of a critic run, read from the examples of that type) or a retrieval HIT@k
     (``<method>/hit@k``: a gold passage among the method's first k; rows of other methods skipped); for a long-form
     statement metric (``statement_<label>_ratio`` / ``_count``) the answer's share or count of statements with that
-    label (answers without statements have no share); None for other metrics or a run without
-    ``predictions.jsonl``."""
+    label (answers without statements have no share); for ``luq`` each sampled question's uncertainty; None for
+    other metrics or a run without ``predictions.jsonl``."""
     path = run_dir / "predictions.jsonl"
     hit = re.fullmatch(r"(?:(.+)/)?hit@(\d+)", metric)
     statement = re.fullmatch(r"statement_(correct|incorrect|not_mentioned)_(ratio|count)", metric)
@@ -45,6 +46,9 @@ def question_outcomes(run_dir: Path, metric: str) -> dict[str, bool | float] | N
         outcomes = ((f"{row.get('question_id')}#{row.get('seed', 0)}",
                      float(sum(x == label for x in row["labels"])) / (len(row["labels"]) if kind == "ratio" else 1))
                     for row in _rows(path) if "labels" in row and (row["labels"] or kind == "count"))
+    elif metric == "luq":
+        outcomes = ((f"{row.get('question_id')}#{row.get('seed', 0)}", float(row["luq"]))
+                    for row in _rows(path) if row.get("luq") is not None)
     elif metric == "accuracy" or metric.endswith("/accuracy"):
         kind = None if metric == "accuracy" else metric.removesuffix("/accuracy")
         outcomes = ((f"{row.get('question_id', row.get('id'))}#{row.get('seed', 0)}", bool(row.get("correct")))

@@ -217,6 +217,7 @@ def test_a_malformed_plan_is_counted_and_answered_never_a_crash(world_tiny, kb_t
     assert any("unclosed <wiki>" in p for p in first["plan_problems"])
     assert second["plan_queries"] == {} and "no source tags found" in second["plan_problems"]
     assert third["plan_problems"] == [] and answers[2].evidence == []  # every source left empty: nothing read
+    assert [x["plan_text"] for x in (first, second, third)] == texts  # the reply itself, for a later parser
     metrics = method.metrics(answers)
     assert metrics["plan/malformed"] == pytest.approx(2 / 3)
 

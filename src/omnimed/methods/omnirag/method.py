@@ -178,9 +178,11 @@ class OmniRAG(Method):
 
     def plan(self, questions: Sequence[Any], planner: Any, sources: Sequence[str], kb: Any,
              seed: int) -> list[Planned]:
-        """Each question's plan: the planner's reply (:meth:`write_plans`), parsed as far as it is valid. Baselines
+        """Each question's plan: the planner's reply (:meth:`write_plans`), parsed as far as it is valid, and the
+        reply itself (``plan_text`` in the predictions, so a later parser can read a finished run again). Baselines
         that plan otherwise (Query2Doc, Reflexion, SeRTS) override this and keep the rest."""
-        return [Planned(parse_plan(g.text if g.error is None else "", question_id=q.id, sources=sources), g.error)
+        return [Planned(parse_plan(g.text if g.error is None else "", question_id=q.id, sources=sources), g.error,
+                        {"plan_text": g.text})
                 for q, g in zip(questions, self.write_plans(questions, planner, sources, seed))]
 
     def search(self, kb: Any, plan: Plan) -> tuple[list[tuple[str, str, list[Any]]], list[str]]:

@@ -461,6 +461,22 @@ def test_a_column_where_every_row_answers_alike_is_reported_as_telling_no_rows_a
     assert "One answer to at least" not in apart
 
 
+def test_a_fraction_column_prints_the_decimals_its_manifest_asks_for(tmp_path):
+    """An uncertainty in [0, 1] (Omni-RAG table 10's LUQ) read to one decimal would hide every difference between
+    rows: ``digits`` sets a column's decimals; an unknown column there is an error naming the field."""
+    from omnimed.tables.report import Cell, markdown
+
+    path = manifest(tmp_path, [{**ROWS[0], "published": {"World": 0.343}}])
+    data = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump({**data, "scale": 1, "digits": {"World": 3}}, sort_keys=False))
+    m = load_manifest(path)
+    text = markdown(m, {"BM25": {"World": Cell(ours=0.2498, low=0.231, high=0.2687, status="measured")}}, "miniature")
+    assert "| BM25 | retrieval | 0.250 [0.231, 0.269] / 0.343 (-0.093) |" in text
+    path.write_text(yaml.safe_dump({**data, "digits": {"Nope": 3}}, sort_keys=False))
+    with pytest.raises(ManifestError, match=r"digits: unknown columns \['Nope'\]"):
+        load_manifest(path)
+
+
 def test_a_cell_whose_reader_gives_one_answer_to_nearly_every_question_says_so(tmp_path):
     from omnimed.tables.detectable import answer_skew
     from omnimed.tables.report import Cell, markdown

@@ -130,6 +130,7 @@ class TableManifest(BaseModel):
     prepare: dict[str, list[PrepareStep]] = Field(default_factory=dict)  # preset -> steps run before the rows
     scale: float = 100.0
     scales: dict[str, float] = Field(default_factory=dict)  # column -> scale, where a column differs (counts: 1)
+    digits: dict[str, int] = Field(default_factory=dict)  # column -> decimals printed, where not 1 (a fraction: 3)
     columns: list[str]
     # column -> overrides of every row's run of that column (a restriction the paper makes per column, e.g. one
     # retrieval source); such a column runs on its own instead of in the row's sweep over datasets
@@ -181,9 +182,9 @@ class TableManifest(BaseModel):
         if self.paired_against is not None and self.paired_against not in {r.name for r in self.rows}:
             raise ValueError(f"paired_against={self.paired_against!r}: no row of that name; rows are "
                              f"{[r.name for r in self.rows]}")
-        odd_scales = set(self.scales) - set(self.columns)
-        if odd_scales:
-            raise ValueError(f"scales: unknown columns {sorted(odd_scales)}; columns are {self.columns}")
+        for field_name in ("scales", "digits"):
+            if odd := set(getattr(self, field_name)) - set(self.columns):
+                raise ValueError(f"{field_name}: unknown columns {sorted(odd)}; columns are {self.columns}")
         unknown = set(self.metrics) - set(self.columns)
         if unknown:
             raise ValueError(f"metrics: unknown columns {sorted(unknown)}; columns are {self.columns}")
@@ -207,6 +208,10 @@ class TableManifest(BaseModel):
 
     def scale_for(self, column: str) -> float:
         return self.scales.get(column, self.scale)
+
+    def digits_for(self, column: str) -> int:
+        """Decimals a report prints in ``column``."""
+        return self.digits.get(column, 1)
 
     def task_of(self, row: Row) -> str:
         """The ``omnimed-evaluate`` task a row runs: the table's ``task`` if it names one, else by the row's

@@ -200,7 +200,8 @@ def paired_lines(manifest: TableManifest, cells: dict[str, dict[str, Cell]]) -> 
                 parts.append("n/a")
                 continue
             mean, half, _ = (x * manifest.scale_for(col) for x in found)
-            parts.append(f"{mean:+.1f} +- {half:.1f}" + (" *" if abs(mean) > half else ""))
+            d = manifest.digits_for(col)
+            parts.append(f"{mean:+.{d}f} +- {half:.{d}f}" + (" *" if abs(mean) > half else ""))
         if any(p != "n/a" for p in parts):
             body.append(f"| {row.name} | " + " | ".join(parts) + " |")
     if not body:
@@ -237,23 +238,24 @@ def markdown(manifest: TableManifest, cells: dict[str, dict[str, Cell]], preset:
         parts = []
         for col in manifest.columns:
             cell = cells.get(row.name, {}).get(col)
-            paper = row.published.get(col)
-            paper_s = _fmt(paper) or "-"
+            paper, d = row.published.get(col), manifest.digits_for(col)
+            paper_s = _fmt(paper, d) or "-"
             if cell is None or cell.ours is None:
                 status = cell.status if cell else (row.status if row.status != "runnable" else "not run")
                 parts.append(f"{status} / {paper_s}")
                 continue
-            ci = f" [{_fmt(cell.low)}, {_fmt(cell.high)}]" if cell.low is not None else ""
-            delta = f" ({cell.ours - paper:+.1f})" if paper is not None else ""
-            parts.append(f"{_fmt(cell.ours)}{ci} / {paper_s}{delta}")
+            ci = f" [{_fmt(cell.low, d)}, {_fmt(cell.high, d)}]" if cell.low is not None else ""
+            delta = f" ({cell.ours - paper:+.{d}f})" if paper is not None else ""
+            parts.append(f"{_fmt(cell.ours, d)}{ci} / {paper_s}{delta}")
         lines.append(f"| {row.name} | {row.method} | " + " | ".join(parts) + " |")
     if detectable:
         lines.append(f"| {DETECTABLE_ROW} | | " + " | ".join(
-            f"{_fmt(detectable[c][0])} (n={detectable[c][1]})" if c in detectable else "n/a"
+            f"{_fmt(detectable[c][0], manifest.digits_for(c))} (n={detectable[c][1]})" if c in detectable else "n/a"
             for c in manifest.columns) + " |")
         effects = paper_effects(manifest)
         lines.append(f"| {EFFECT_ROW} | | " + " | ".join(
-            f"{_fmt(effects[c][0])}-{_fmt(effects[c][1])}" if c in effects else "n/a" for c in manifest.columns) + " |")
+            "-".join(_fmt(x, manifest.digits_for(c)) for x in effects[c]) if c in effects else "n/a"
+            for c in manifest.columns) + " |")
         blind = [c for c in manifest.columns if c in detectable and c in effects and detectable[c][0] > effects[c][1]]
         lines += ["", f"Smallest detectable difference: the {DETECTABLE_NOTE}; two rows closer than it are not told "
                       f"apart by this run. {EFFECT_ROW.capitalize()}: the smallest and largest published difference "

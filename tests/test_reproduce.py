@@ -465,6 +465,7 @@ def test_a_fraction_column_prints_the_decimals_its_manifest_asks_for(tmp_path):
     """An uncertainty in [0, 1] (Omni-RAG table 10's LUQ) read to one decimal would hide every difference between
     rows: ``digits`` sets a column's decimals; an unknown column there is an error naming the field."""
     from omnimed.tables.report import Cell, markdown
+    from omnimed.tables.reproduce import read_cell
 
     path = manifest(tmp_path, [{**ROWS[0], "published": {"World": 0.343}}])
     data = yaml.safe_load(path.read_text())
@@ -472,6 +473,15 @@ def test_a_fraction_column_prints_the_decimals_its_manifest_asks_for(tmp_path):
     m = load_manifest(path)
     text = markdown(m, {"BM25": {"World": Cell(ours=0.2498, low=0.231, high=0.2687, status="measured")}}, "miniature")
     assert "| BM25 | retrieval | 0.250 [0.231, 0.269] / 0.343 (-0.093) |" in text
+    # an LUQ run samples part of its questions (task.luq_limit): the cell counts those, paired by question
+    path.write_text(yaml.safe_dump({**data, "metric": "luq", "scale": 1, "digits": {"World": 3}}, sort_keys=False))
+    run = tmp_path / "luq"
+    run.mkdir()
+    (run / "metrics.json").write_text(json.dumps({"accuracy": 0.5, "n": 3, "luq": 0.25, "luq/n": 2}))
+    (run / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [
+        {"question_id": "a", "luq": 0.5}, {"question_id": "b", "luq": 0.0}, {"question_id": "c"}]))
+    cell = read_cell(run, load_manifest(path), "World")
+    assert (cell.status, cell.ours, cell.n, cell.outcomes) == ("measured", 0.25, 2, {"a#0": 0.5, "b#0": 0.0})
     path.write_text(yaml.safe_dump({**data, "digits": {"Nope": 3}}, sort_keys=False))
     with pytest.raises(ManifestError, match=r"digits: unknown columns \['Nope'\]"):
         load_manifest(path)

@@ -310,8 +310,10 @@ def read_cell(run_dir: Path, manifest: TableManifest, column: str) -> Cell:
     def scaled(name: str) -> float | None:
         return metrics[name] * s if name in metrics and metrics[name] is not None else None
 
+    # a metric over part of the questions (LUQ's task.luq_limit) says how many: "<key>/n"
     return Cell(ours=metrics[key] * s, low=scaled(f"{key}_ci_low"), high=scaled(f"{key}_ci_high"),
-                n=metrics.get(f"{key}/n", metrics.get("n")),  # a metric over part of the questions says how many status="measured", run_dir=str(run_dir), outcomes=question_outcomes(run_dir, key),
+                n=metrics.get(f"{key}/n", metrics.get("n")), status="measured", run_dir=str(run_dir),
+                outcomes=question_outcomes(run_dir, key),
                 skew=answer_skew(run_dir) if key == "accuracy" else None, other_code=other_code(run_dir) or "")
 
 

@@ -6,6 +6,7 @@ metric and the scale presets. Validation happens before anything runs and names 
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Optional
 
@@ -233,19 +234,11 @@ class TableManifest(BaseModel):
 
     def missing_reasons(self) -> dict[str, int]:
         """Why rows are missing -> how many rows."""
-        out: dict[str, int] = {}
-        for row in self.rows:
-            if row.status == "missing":
-                out[row.reason] = out.get(row.reason, 0) + 1
-        return out
+        return dict(Counter(row.reason for row in self.rows if row.status == "missing"))
 
     def not_run_reasons(self) -> dict[tuple[str, str], int]:
         """Why rows are not run at a preset (``not_run``): (preset, reason) -> how many rows."""
-        out: dict[tuple[str, str], int] = {}
-        for row in self.rows:
-            for preset, reason in row.not_run.items():
-                out[preset, reason] = out.get((preset, reason), 0) + 1
-        return out
+        return dict(Counter(item for row in self.rows for item in row.not_run.items()))
 
 
 def load_manifest(path: str | Path) -> TableManifest:

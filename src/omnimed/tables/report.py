@@ -129,8 +129,9 @@ def spread_lines(manifest: TableManifest, spread: dict) -> list[str]:
         parts = []
         for col in manifest.columns:
             vals = [v for v in spread["values"].get(row.name, {}).get(col, []) if v is not None]
-            parts.append(f"{_fmt(min(vals))}-{_fmt(max(vals))} ({_fmt(statistics.stdev(vals))})" if len(vals) > 1
-                         else "n/a")
+            d = manifest.digits_for(col)
+            parts.append(f"{_fmt(min(vals), d)}-{_fmt(max(vals), d)} ({_fmt(statistics.stdev(vals), d)})"
+                         if len(vals) > 1 else "n/a")
         if any(part != "n/a" for part in parts):
             body.append(f"| {row.name} | " + " | ".join(parts) + " |")
     if body:

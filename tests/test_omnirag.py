@@ -471,6 +471,29 @@ def test_one_available_source_leaves_the_plans_other_queries_unsearched_and_pick
     assert [cfg.model for cfg in served] == ["/exports/spo-ood-research/hf"]
 
 
+def test_open_first_source_starts_the_planners_reply_with_the_offered_tag_and_the_plan_reads_it(
+        world_tiny, kb_tiny, monkeypatch):
+    """Table 8 at miniature: a planner that writes no tag when offered one source is started at ``<book>``; the
+    queries it then writes are parsed and searched in book, and the stored reply holds the tag it was given."""
+    from omnimed.methods.omnirag.method import OmniRAG, OmniRAGConfig
+
+    class Recording(ScriptedPlanner):
+        def generate(self, requests, params):
+            self.prefixes = [r.meta.get("assistant_prefix") for r in requests]
+            return super().generate(requests, params)
+
+    questions = [q for q in world_tiny.questions if q.split == "test"][:2]
+    for opened, expected in ((True, {"book": ["mechanism of action", "pathway"]}), (False, {})):
+        planner = Recording(["mechanism of action ; pathway</book><query>junk</query>"])
+        method = OmniRAG(OmniRAGConfig(sources=["book"], open_first_source=opened))
+        monkeypatch.setattr(method, "serve_planner", lambda kb: planner)
+        answers = method.answer(questions, OracleBackend(world_tiny), kb_tiny, seed=0)
+        assert planner.prefixes == (["<book>"] * 2 if opened else [None] * 2)
+        assert all({s: qs for s, qs in a.extras["plan_queries"].items() if qs} == expected for a in answers)
+        assert all(a.extras["plan_text"].startswith("<book>mechanism") == opened for a in answers)
+        assert all(bool(a.evidence) == opened for a in answers)
+
+
 def test_a_bi_encoder_reranks_from_cached_vectors_with_the_scores_its_rerank_call_gives(built, kb_tiny):
     """RaFe's scores with MiniLM: questions encoded once, documents through the knowledge base's embedding path,
     the same best cosine per query as the reranker's own (slow) call per query."""

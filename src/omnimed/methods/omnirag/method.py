@@ -48,7 +48,11 @@ class OmniRAGConfig:
     the plan's queries so every query contributes its best first; ``planner_batch_size``: plans written per batch
     on the hf backend (null: the backend's ``batch_size``). A step of CPU decoding reads every weight once whatever
     the batch, so 32 plans at once write 1.65x the tokens a second of 8 (SmolLM2-135M, 2 threads). ``read``: false
-    plans and searches only, without running the reader (tables 12 and 13 report the plans' statistics only)."""
+    plans and searches only, without running the reader (tables 12 and 13 report the plans' statistics only).
+    ``open_first_source``: start the planner's reply with the first offered source's opening tag (``<book>``), so a
+    planner that does not follow a prompt offering fewer sources than it was trained on still writes queries for
+    the one offered (table 8 at miniature; the paper's planners follow the prompt, and the paper preset leaves it
+    off)."""
 
     name: str = "omnirag"
     planner: str = "frozen"
@@ -70,6 +74,7 @@ class OmniRAGConfig:
     temperature: float = 0.0
     answer_mode: str = "generate"
     read: bool = True
+    open_first_source: bool = False
 
 
 def _explore(cfg: ExploreConfig, ctx: Any) -> Any:
@@ -172,9 +177,17 @@ class OmniRAG(Method):
         """Each question's plan text from the planner (greedy, Prompt E.7), or the call's error: what
         ``omnimed-bench plan`` times."""
         params = SamplingParams(max_new_tokens=self.cfg.planner_max_new_tokens, temperature=0.0, seed=seed)
-        requests = [Request(prompts.planning_messages(q, sources), {"task": "omnirag_plan", "question_id": q.id})
-                    for q in questions]
-        return [gens[0] for gens in planner.generate(requests, params)]
+        prefix = self.plan_prefix(sources)
+        meta = {"assistant_prefix": prefix} if prefix else {}
+        requests = [Request(prompts.planning_messages(q, sources),
+                            {"task": "omnirag_plan", "question_id": q.id, **meta}) for q in questions]
+        return [dataclasses.replace(gens[0], text=prefix + gens[0].text) if gens[0].error is None else gens[0]
+                for gens in planner.generate(requests, params)]
+
+    def plan_prefix(self, sources: Sequence[str]) -> str:
+        """What the planner's reply is started with: the first offered source's opening tag under
+        ``open_first_source``, else nothing. The returned plan texts include it."""
+        return f"<{sources[0]}>" if self.cfg.open_first_source and sources else ""
 
     def plan(self, questions: Sequence[Any], planner: Any, sources: Sequence[str], kb: Any,
              seed: int) -> list[Planned]:

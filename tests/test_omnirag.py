@@ -473,25 +473,31 @@ def test_one_available_source_leaves_the_plans_other_queries_unsearched_and_pick
 
 def test_open_first_source_starts_the_planners_reply_with_the_offered_tag_and_the_plan_reads_it(
         world_tiny, kb_tiny, monkeypatch):
-    """Table 8 at miniature: a planner that writes no tag when offered one source is started at ``<book>``; the
-    queries it then writes are parsed and searched in book, and the stored reply holds the tag it was given."""
+    """Table 8 at miniature: a planner that writes no tag when offered one source is started at ``<book>`` and
+    stopped at ``</book>`` (nothing after it is searched); the queries it writes are parsed and searched in book,
+    and the stored reply holds the tags it was given, so the plan reads as well-formed."""
     from omnimed.methods.omnirag.method import OmniRAG, OmniRAGConfig
 
     class Recording(ScriptedPlanner):
         def generate(self, requests, params):
-            self.prefixes = [r.meta.get("assistant_prefix") for r in requests]
+            self.prefixes, self.stop = [r.meta.get("assistant_prefix") for r in requests], params.stop
             return super().generate(requests, params)
 
     questions = [q for q in world_tiny.questions if q.split == "test"][:2]
     for opened, expected in ((True, {"book": ["mechanism of action", "pathway"]}), (False, {})):
-        planner = Recording(["mechanism of action ; pathway</book><query>junk</query>"])
+        planner = Recording(["mechanism of action ; pathway"])  # what a backend returns once cut at the stop
         method = OmniRAG(OmniRAGConfig(sources=["book"], open_first_source=opened))
         monkeypatch.setattr(method, "serve_planner", lambda kb: planner)
         answers = method.answer(questions, OracleBackend(world_tiny), kb_tiny, seed=0)
         assert planner.prefixes == (["<book>"] * 2 if opened else [None] * 2)
+        assert planner.stop == (("</book>",) if opened else ())
         assert all({s: qs for s, qs in a.extras["plan_queries"].items() if qs} == expected for a in answers)
-        assert all(a.extras["plan_text"].startswith("<book>mechanism") == opened for a in answers)
+        assert all((a.extras["plan_text"] == "<book>mechanism of action ; pathway</book>") == opened for a in answers)
         assert all(bool(a.evidence) == opened for a in answers)
+    opened_answers = OmniRAG(OmniRAGConfig(sources=["book"], open_first_source=True))
+    monkeypatch.setattr(opened_answers, "serve_planner", lambda kb: Recording(["mechanism of action"]))
+    (one,) = opened_answers.answer(questions[:1], OracleBackend(world_tiny), kb_tiny, seed=0)
+    assert one.extras["plan_problems"] == []  # offered book only: no other tag is missing, and book is closed
 
 
 def test_a_bi_encoder_reranks_from_cached_vectors_with_the_scores_its_rerank_call_gives(built, kb_tiny):

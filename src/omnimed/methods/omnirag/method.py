@@ -176,17 +176,27 @@ class OmniRAG(Method):
     def write_plans(self, questions: Sequence[Any], planner: Any, sources: Sequence[str], seed: int) -> list[Any]:
         """Each question's plan text from the planner (greedy, Prompt E.7), or the call's error: what
         ``omnimed-bench plan`` times."""
-        params = SamplingParams(max_new_tokens=self.cfg.planner_max_new_tokens, temperature=0.0, seed=seed)
         prefix = self.plan_prefix(sources)
+        # one source offered and its tag opened: the reply ends where that tag closes, since nothing after it is searched
+        closing = f"</{sources[0]}>" if prefix and len(sources) == 1 else ""
+        params = SamplingParams(max_new_tokens=self.cfg.planner_max_new_tokens, temperature=0.0, seed=seed,
+                                stop=(closing,) if closing else ())
         meta = {"assistant_prefix": prefix} if prefix else {}
         requests = [Request(prompts.planning_messages(q, sources),
                             {"task": "omnirag_plan", "question_id": q.id, **meta}) for q in questions]
-        return [dataclasses.replace(gens[0], text=prefix + gens[0].text) if gens[0].error is None else gens[0]
-                for gens in planner.generate(requests, params)]
+        out = []
+        for gens in planner.generate(requests, params):
+            g = gens[0]
+            if g.error is None and prefix:
+                ended = closing and g.finish_reason == "stop" and closing not in g.text
+                g = dataclasses.replace(g, text=prefix + g.text + (closing if ended else ""))
+            out.append(g)
+        return out
 
     def plan_prefix(self, sources: Sequence[str]) -> str:
         """What the planner's reply is started with: the first offered source's opening tag under
-        ``open_first_source``, else nothing. The returned plan texts include it."""
+        ``open_first_source``, else nothing. The returned plan texts include it, and, when that is the only source
+        offered, end at its closing tag (generation stops there)."""
         return f"<{sources[0]}>" if self.cfg.open_first_source and sources else ""
 
     def plan(self, questions: Sequence[Any], planner: Any, sources: Sequence[str], kb: Any,

@@ -960,6 +960,34 @@ def test_a_stopped_table_resumes_after_its_finished_runs_and_reruns_what_changed
     assert next(csv.DictReader((out / "table1.csv").open()))["ours"] == ours
 
 
+def test_a_run_saved_before_a_config_field_existed_is_kept_while_the_field_stays_at_its_default():
+    """A knob added to a config class (``pipeline.open_first_source``) defaults to what the code did before it, so
+    the finished runs of every table stay kept; a row that sets it otherwise, or any other difference, runs again."""
+    from dataclasses import dataclass, field
+
+    from omegaconf import OmegaConf
+
+    from omnimed.tables.resume import _plain, computes_the_same
+
+    @dataclass
+    class Pipe:
+        top_k: int = 5
+        open_first_source: bool = False
+        sources: list = field(default_factory=list)
+
+    def today(**knobs):
+        cfg = OmegaConf.create({"pipeline": OmegaConf.structured(Pipe(**knobs)), "task": {"k": 3}})
+        return _plain(cfg), cfg
+
+    saved = {"pipeline": {"top_k": 5}, "task": {"k": 3}}  # run before open_first_source and sources existed
+    assert computes_the_same(saved, *today())
+    assert not computes_the_same(saved, *today(open_first_source=True))  # a row that turns the new knob on
+    assert not computes_the_same(saved, *today(sources=["book"]))
+    assert not computes_the_same(saved, *today(top_k=3))
+    assert not computes_the_same({**saved, "task": {"k": 3, "gone": 1}}, *today())  # a field removed since
+    assert not computes_the_same({"pipeline": {"top_k": 5}, "task": {}}, *today())  # no class default for task.k
+
+
 def test_a_kept_run_that_other_code_computed_is_named_in_the_log_and_the_report(tmp_path):
     """A run is kept when its config is today's, but a change to a metric or a pipeline leaves the config as it
     was: the kept run's code record (code.json) is compared with today's source, and a run computed by other code,

@@ -38,11 +38,9 @@ def compose_run(overrides: list[str], failure: str):
         raise ManifestError(f"{failure}: {exc}") from exc
 
 
-def run_config_text(cfg) -> str:
-    """A composed ``omnimed-evaluate`` config as YAML, less what only names, groups or places the run (Hydra's own
-    settings, ``run_name``, ``experiment``, ``logger.group``: each table's W&B group): two runs with the same text
-    compute the same thing, in one table or two."""
-    import yaml
+def _plain(cfg) -> dict:
+    """A composed or saved config as plain data, less what only names, groups or places the run (Hydra's own
+    settings, ``run_name``, ``experiment``, ``logger.group``: each table's W&B group)."""
     from omegaconf import OmegaConf
 
     plain = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
@@ -50,15 +48,59 @@ def run_config_text(cfg) -> str:
         plain.pop(key, None)
     if isinstance(plain.get("logger"), dict):
         plain["logger"].pop("group", None)
-    return yaml.safe_dump(plain, sort_keys=True)
+    return plain
 
 
-def saved_config_text(run_dir: Path) -> str | None:
-    """:func:`run_config_text` of the config a finished run saved (``.hydra/config.yaml``), None without one."""
+def run_config_text(cfg) -> str:
+    """A composed ``omnimed-evaluate`` config as YAML (:func:`_plain`): two runs with the same text compute the same
+    thing, in one table or two."""
+    import yaml
+
+    return yaml.safe_dump(_plain(cfg), sort_keys=True)
+
+
+def saved_config(run_dir: Path) -> dict | None:
+    """:func:`_plain` of the config a finished run saved (``.hydra/config.yaml``), None without one."""
     from omegaconf import OmegaConf
 
     path = run_dir / ".hydra" / "config.yaml"
-    return run_config_text(OmegaConf.load(path)) if path.is_file() else None
+    return _plain(OmegaConf.load(path)) if path.is_file() else None
+
+
+def _field_defaults(node) -> dict:
+    """The defaults of the config class behind a composed node (empty for a node that is no dataclass)."""
+    import dataclasses
+
+    from omegaconf import DictConfig, OmegaConf
+
+    cls = OmegaConf.get_type(node) if isinstance(node, DictConfig) else None
+    if cls is None or not dataclasses.is_dataclass(cls):
+        return {}
+    return {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            for f in dataclasses.fields(cls)
+            if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
+
+
+def computes_the_same(saved: object, wanted: object, node: object = None) -> bool:
+    """Whether a finished run's ``saved`` config computes what ``wanted`` (today's plain config, ``node`` its composed
+    form) does: equal, except for fields added to a config class since the run, which it lacks and which count as
+    equal where today's value is the field's default (a knob added later defaults to what the code did before it;
+    one a row sets otherwise runs again). A removed field, or any other difference, runs again."""
+    from omegaconf import DictConfig
+
+    if not (isinstance(saved, dict) and isinstance(wanted, dict)):
+        return saved == wanted
+    if set(saved) - set(wanted):
+        return False
+    defaults = _field_defaults(node)
+    for key, value in wanted.items():
+        child = node._get_node(key) if isinstance(node, DictConfig) else None
+        if key not in saved:
+            if key not in defaults or defaults[key] != value:
+                return False
+        elif not computes_the_same(saved[key], value, child):
+            return False
+    return True
 
 
 def finished_runs(own: Path, runs_root: Path, keys: Iterable[str], overrides: Callable[[str], list[str]],
@@ -80,13 +122,13 @@ def finished_runs(own: Path, runs_root: Path, keys: Iterable[str], overrides: Ca
             wanted = None
             for run_dir in run_dirs:
                 finished = (run_dir / "metrics.json").stat().st_mtime
-                if finished < not_before or (saved := saved_config_text(run_dir)) is None:
+                if finished < not_before or (saved := saved_config(run_dir)) is None:
                     continue
                 if wanted is None:  # validation composed it: a failure now means the configs changed since
-                    wanted = run_config_text(compose_run(
+                    wanted = compose_run(
                         overrides(key), f"the run {own / key} composed when the table started and no longer does "
-                        "(was conf/ or a config class edited while the table ran? the same command resumes)"))
-                if saved == wanted:
+                        "(was conf/ or a config class edited while the table ran? the same command resumes)")
+                if computes_the_same(saved, _plain(wanted), wanted):
                     done[key] = (run_dir, finished)
                     break
     return done

@@ -128,7 +128,8 @@ def finished_runs(own: Path, runs_root: Path, keys: Iterable[str], overrides: Ca
                     wanted = compose_run(
                         overrides(key), f"the run {own / key} composed when the table started and no longer does "
                         "(was conf/ or a config class edited while the table ran? the same command resumes)")
-                if computes_the_same(saved, _plain(wanted), wanted):
+                    wanted_plain = _plain(wanted)
+                if computes_the_same(saved, wanted_plain, wanted):
                     done[key] = (run_dir, finished)
                     break
     return done

@@ -177,7 +177,7 @@ class OmniRAG(Method):
         """Each question's plan text from the planner (greedy, Prompt E.7), or the call's error: what
         ``omnimed-bench plan`` times."""
         prefix = self.plan_prefix(sources)
-        # one source offered and its tag opened: the reply ends where that tag closes, since nothing after it is searched
+        # one source offered and its tag opened: the reply ends where the tag closes (nothing after it is searched)
         closing = f"</{sources[0]}>" if prefix and len(sources) == 1 else ""
         params = SamplingParams(max_new_tokens=self.cfg.planner_max_new_tokens, temperature=0.0, seed=seed,
                                 stop=(closing,) if closing else ())

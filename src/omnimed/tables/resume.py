@@ -92,15 +92,12 @@ def computes_the_same(saved: object, wanted: object, node: object = None) -> boo
         return saved == wanted
     if set(saved) - set(wanted):
         return False
-    defaults = _field_defaults(node)
-    for key, value in wanted.items():
-        child = node._get_node(key) if isinstance(node, DictConfig) else None
-        if key not in saved:
-            if key not in defaults or defaults[key] != value:
-                return False
-        elif not computes_the_same(saved[key], value, child):
-            return False
-    return True
+    added = set(wanted) - set(saved)
+    defaults = _field_defaults(node) if added else {}  # read only where the saved run lacks a field
+    if any(key not in defaults or defaults[key] != wanted[key] for key in added):
+        return False
+    return all(computes_the_same(saved[key], value, node._get_node(key) if isinstance(node, DictConfig) else None)
+               for key, value in wanted.items() if key in saved)
 
 
 def finished_runs(own: Path, runs_root: Path, keys: Iterable[str], overrides: Callable[[str], list[str]],

@@ -276,6 +276,23 @@ def test_a_run_that_fails_is_shown_in_its_cell_and_fails_the_command(tmp_path):
     assert rows["Real queries"]["ours"] == ""
 
 
+def test_a_dataset_the_failed_sweep_never_reached_says_so_and_does_not_take_the_failure_as_its_own(tmp_path):
+    """A multirun stops at its first failing dataset: that run's cell carries the sweep's error, while the datasets
+    after it, which never started, say they were not reached, naming the error as the earlier dataset's."""
+    from omnimed.tables.report import Cell
+    from omnimed.tables.reproduce import sweep_failure
+
+    reason = "omnimed-evaluate: error: OMNIMED_REALDATA is not set"
+    started, never = tmp_path / "mmlu", tmp_path / "pubmedqa"
+    started.mkdir()
+    assert sweep_failure(Cell(status="failed"), started, reason).status == f"failed: {reason}"
+    unreached = sweep_failure(Cell(status="failed"), never, reason).status
+    assert unreached.startswith("failed: not reached;") and reason in unreached
+    own = Cell(status="failed: the backend timed out on 12 of 40 questions")  # its own failed.json wins
+    assert sweep_failure(own, started, reason) == own
+    assert sweep_failure(Cell(status="failed"), started, "").status == "failed"  # no reason is invented
+
+
 def test_a_metric_a_finished_run_says_it_could_not_define_is_shown_with_why_and_is_no_failure(tmp_path):
     """Table 12's words per graph query when no plan queried the graph: the run wrote its reason in undefined.json,
     the cell shows it and is not counted as failed; a metric missing without a reason still is a failure."""

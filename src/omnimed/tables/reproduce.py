@@ -285,6 +285,18 @@ def run_prepare(manifest: TableManifest, preset: str, runs_dir: Path, extra: lis
                                 f"{target} {'missing' if not target.exists() else 'present'}); see {log_file}")
 
 
+def sweep_failure(cell: Cell, run_dir: Path, reason: str) -> Cell:
+    """A failed cell whose run left no reason of its own, given the failed sweep's: the run's own failure where the
+    run started, else that the sweep stopped at another dataset's failure before reaching it (the reason is then that
+    dataset's, and the cell says so)."""
+    if cell.status != "failed" or not reason:
+        return cell
+    if run_dir.is_dir():
+        return replace(cell, status=f"failed: {reason[:160]}")
+    return replace(cell, status="failed: not reached; the sweep stopped at an earlier dataset's failure "
+                                f"({reason[:160]})")
+
+
 def read_cell(run_dir: Path, manifest: TableManifest, column: str) -> Cell:
     """Our number for one (run, column), on the paper's scale, and whether other code than today's computed it; a
     run without metrics.json is ``failed``, with the reason it left in failed.json; a metric the finished run could
@@ -490,12 +502,9 @@ def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_d
                 reason = errors[-1].strip() if errors else f"exit {res.returncode}"
                 log(f"  failed{' (' + folder + ')' if folder else ''}: {reason}")
             for key, columns in datasets.items():
+                run_dir = done[key][0] if key in done else runs_dir / plan.slug / folder / key
                 for col in columns:
-                    cell = read_cell(done[key][0] if key in done else runs_dir / plan.slug / folder / key, manifest,
-                                     col)
-                    if cell.status == "failed" and reason:
-                        cell.status = f"failed: {reason[:160]}"
-                    cells[plan.row.name][col] = cell
+                    cells[plan.row.name][col] = sweep_failure(read_cell(run_dir, manifest, col), run_dir, reason)
         if not dry_run:
             fill_averages(manifest, preset, cells[plan.row.name])
     return cells

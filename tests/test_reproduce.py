@@ -9,6 +9,8 @@ import json
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 
 import pytest
@@ -977,27 +979,40 @@ def test_a_stopped_table_resumes_after_its_finished_runs_and_reruns_what_changed
     assert next(csv.DictReader((out / "table1.csv").open()))["ours"] == ours
 
 
+class _Mode(Enum):
+    fast = 1
+    exact = 2
+
+
+@dataclass
+class _Sampling:
+    n: int = 1
+
+
+@dataclass
+class _Pipe:  # a pipeline config class as it is today; the saved run below predates all but top_k
+    top_k: int = 5
+    open_first_source: bool = False
+    sources: list = field(default_factory=list)
+    mode: _Mode = _Mode.fast
+    sampling: _Sampling = field(default_factory=_Sampling)
+
+
 def test_a_run_saved_before_a_config_field_existed_is_kept_while_the_field_stays_at_its_default():
     """A knob added to a config class (``pipeline.open_first_source``) defaults to what the code did before it, so
     the finished runs of every table stay kept; a row that sets it otherwise, or any other difference, runs again."""
-    from dataclasses import dataclass, field
-
     from omegaconf import OmegaConf
 
     from omnimed.tables.resume import _plain, computes_the_same
 
-    @dataclass
-    class Pipe:
-        top_k: int = 5
-        open_first_source: bool = False
-        sources: list = field(default_factory=list)
-
     def today(**knobs):
-        cfg = OmegaConf.create({"pipeline": OmegaConf.structured(Pipe(**knobs)), "task": {"k": 3}})
+        cfg = OmegaConf.create({"pipeline": OmegaConf.structured(_Pipe(**knobs)), "task": {"k": 3}})
         return _plain(cfg), cfg
 
-    saved = {"pipeline": {"top_k": 5}, "task": {"k": 3}}  # run before open_first_source and sources existed
-    assert computes_the_same(saved, *today())
+    saved = {"pipeline": {"top_k": 5}, "task": {"k": 3}}  # run before the other pipeline fields existed
+    assert computes_the_same(saved, *today())  # an Enum or a nested config class at its default is no change
+    assert not computes_the_same(saved, *today(mode=_Mode.exact))
+    assert not computes_the_same(saved, *today(sampling=_Sampling(n=3)))
     assert not computes_the_same(saved, *today(open_first_source=True))  # a row that turns the new knob on
     assert not computes_the_same(saved, *today(sources=["book"]))
     assert not computes_the_same(saved, *today(top_k=3))
@@ -1031,3 +1046,51 @@ def test_a_kept_run_that_other_code_computed_is_named_in_the_log_and_the_report(
     assert other_code(run).startswith(f"computed by unknown code ({run / CODE_FILE} unreadable")
     (run / CODE_FILE).unlink()  # a run from before the record
     assert "no code.json" in other_code(run)
+
+
+def test_cells_outlive_their_run_folders_and_stand_in_for_rows_not_run_now(tmp_path):
+    """A long table is filled a few rows at a time, on machines whose disks do not last: each finished run's cells
+    (per-question outcomes included) are kept in ``<table>.cells.json.gz`` beside the report, so with the run
+    folders gone, ``--rows`` of another row and ``--finished`` still report them, say where they were read from,
+    and pair on them for the smallest detectable difference. A row whose config changed since does not read them;
+    a damaged file stops the table before anything runs, naming it."""
+    path = manifest(tmp_path, ROWS[:2])
+    out = tmp_path / "experiments" / "demo" / "results"
+    store = out / "table1.cells.json.gz"
+
+    def table() -> dict[str, dict]:
+        return {row["row"]: row for row in csv.DictReader((out / "table1.csv").open())}
+
+    res = reproduce_cli(str(path), "--rows", "Dense", f"paths.root={tmp_path}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert store.is_file()
+    dense = table()["Dense"]
+    shutil.rmtree(out / "runs")  # another machine: what was committed is the report and the stored cells
+    res = reproduce_cli(str(path), "--rows", "BM25", f"paths.root={tmp_path}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "world: read from table1.cells.json.gz" in " ".join((res.stdout + res.stderr).split())
+    rows = table()
+    assert rows["Dense"]["status"] == "measured" and rows["Dense"]["ours"] == dense["ours"]
+    assert rows["BM25"]["status"] == "measured" and not (out / "runs" / "table1" / "dense").exists()
+    report = " ".join((out / "table1.md").read_text().split())
+    assert "Read from `table1.cells.json.gz`" in report and "Dense / World (" in report
+    assert "BM25 / World (" not in report  # its run folder is here: read from it
+    detectable = next(line for line in (out / "table1.md").read_text().splitlines()
+                      if line.startswith("| smallest detectable difference"))
+    assert "(n=" in detectable  # both rows' per-question outcomes: the stored one's too
+    shutil.rmtree(out / "runs")
+    res = reproduce_cli(str(path), "--finished", f"paths.root={tmp_path}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert {name: (row["status"], row["ours"]) for name, row in table().items()} == {
+        name: (row["status"], row["ours"]) for name, row in rows.items()}
+    # the Dense row now computes something else: its stored run no longer stands in for it
+    data = yaml.safe_load(path.read_text())
+    data["rows"][1]["overrides"] = ["task.methods=[dense]", "task.k=5"]
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    res = reproduce_cli(str(path), "--finished", f"paths.root={tmp_path}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert table()["Dense"]["status"].startswith("not run yet") and table()["BM25"]["status"] == "measured"
+    store.write_bytes(b"torn")
+    res = reproduce_cli(str(path), "--finished", f"paths.root={tmp_path}", cwd=tmp_path)
+    assert res.returncode == 2 and "table1.cells.json.gz: not a readable stored-cells file" in " ".join(
+        (res.stdout + res.stderr).split())

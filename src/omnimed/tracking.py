@@ -101,13 +101,21 @@ def other_code(run_dir: Path) -> str | None:
     commit it ran at and the package files changed since, or that it predates the record."""
     path = run_dir / CODE_FILE
     if not path.is_file():
-        return "computed before runs recorded their code (no code.json; today's code may differ)"
+        return code_difference(None)
     try:
-        saved: Mapping[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        saved: Any = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         return f"computed by unknown code ({path} unreadable: {exc})"
+    return code_difference(saved, str(path))
+
+
+def code_difference(saved: Any, where: str = CODE_FILE) -> str | None:
+    """:func:`other_code` for a run's :data:`CODE_FILE` record already read (``saved``; None: the run has none),
+    e.g. one kept in a table's stored cells after its run folder is gone."""
+    if saved is None:
+        return "computed before runs recorded their code (no code.json; today's code may differ)"
     if not isinstance(saved, Mapping):
-        return f"computed by unknown code ({path} holds no JSON object)"
+        return f"computed by unknown code ({where} holds no JSON object)"
     if saved.get("source") == source_digest():
         return None
     commit = saved.get("commit")

@@ -34,6 +34,7 @@ class Cell:
     same_as: str = ""  # the row whose run this cell is (the two rows compose to the same config at this preset)
     skew: Optional[tuple[str, int, int]] = None  # the answer given most often, to how many, of how many predictions
     other_code: str = ""  # set when the run was computed by other code than today's (omnimed.tracking.other_code)
+    stored: str = ""  # the day its run finished, when read from the table's stored cells (omnimed.tables.stored)
 
 
 #: a cell whose run gives one answer to at least this share of its questions is reported as measuring that answer's
@@ -179,6 +180,18 @@ def other_code_lines(manifest: TableManifest, cells: dict[str, dict[str, Cell]])
             "today's code.")]
 
 
+def stored_lines(manifest: TableManifest, cells: dict[str, dict[str, Cell]]) -> list[str]:
+    """The cells read from the table's stored cells rather than a run folder on this disk, with the day each run
+    finished."""
+    where = [f"{row.name} / {col} ({c.stored})" for row in manifest.rows for col in manifest.columns
+             if (c := cells.get(row.name, {}).get(col)) and c.stored and not c.same_as]
+    if not where:
+        return []
+    return ["", (f"Read from `{manifest.table}.cells.json.gz`, where each run's cells were kept when it finished (its "
+                 f"folder is not on this disk; its config is today's): {', '.join(where)}. A run of the row "
+                 "recomputes them.")]
+
+
 def paired_lines(manifest: TableManifest, cells: dict[str, dict[str, Cell]]) -> list[str]:
     """Every other row's paired (by question) difference from the ``paired_against`` row, per column, on the
     paper's scale: what tells a reader which of the method's gains this run separates. A row whose run is another
@@ -268,6 +281,7 @@ def markdown(manifest: TableManifest, cells: dict[str, dict[str, Cell]], preset:
                          "tells no two rows apart, whatever their true difference (the 0 above is not a resolution).")
     lines += skew_lines(manifest, cells)
     lines += other_code_lines(manifest, cells)
+    lines += stored_lines(manifest, cells)
     lines += paired_lines(manifest, cells)
     if shared := shared_runs(manifest, cells):
         lines += ["", f"Rows run once at `{preset}` (their overrides compose to the same `omnimed-evaluate` config "

@@ -9,14 +9,13 @@ run's overrides are composed with the chosen launcher, so a bad row or launcher 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from datetime import date, datetime
+from datetime import datetime
 from pathlib import Path
 
 from omnimed.data.artifacts import atomic_write_text
@@ -41,12 +40,27 @@ from omnimed.tables.prepared import (
     validate_prepare,
 )
 from omnimed.tables.report import Cell, Detectable, fill_averages, write_report
-from omnimed.tables.resume import compose_run, evaluate_configs, finished_runs, run_config_text
+from omnimed.tables.resume import (
+    compose_run,
+    evaluate_configs,
+    finished_runs,
+    run_config_text,
+    stored_runs_today,
+)
+from omnimed.tables.seeds import (
+    DEFAULT_TRAINING_SEED,
+    for_training_seed,
+    mark_seed_independent_runs,
+    read_seed_spread,
+    seed_independent_rows,
+    seed_spread,
+    seed_tag,
+    stored_seed_cells,
+)
+from omnimed.tables.stored import load_store, store_path, stored_cells, stored_run, write_store
 from omnimed.tracking import other_code
 
 MINIATURE = "miniature"
-DEFAULT_TRAINING_SEED = 0  # conf/train.yaml's seed: what a table trains with unless --training-seeds says otherwise
-SEED_FIELD, SEED_TAG_FIELD = "{train_seed}", "{seed_tag}"  # template fields a manifest or recipe may use
 DEFAULT_LAUNCHER = "basic"
 LAUNCHER_GROUP = "hydra/launcher="
 
@@ -238,18 +252,6 @@ def mark_shared_runs(plans: list[RowPlan]) -> None:
             plan.same_as = earlier.row.name if earlier is not plan else None
 
 
-def mark_seed_independent_runs(plans_by_seed: dict[int, list[RowPlan]]) -> None:
-    """Point each row of a later training seed whose runs compose to the same configs as a row's runs at an earlier
-    seed at that run (``same_as_seed``): a baseline that reads no seeded model computes the same thing for every
-    seed, so a spread over seeds runs it once."""
-    first: dict[tuple, tuple[int, str]] = {}
-    for seed, plans in plans_by_seed.items():
-        for plan in plans:
-            if plan.fingerprint and plan.same_as is None:
-                earlier = first.setdefault(plan.fingerprint, (seed, plan.row.name))
-                plan.same_as_seed = earlier if earlier[0] != seed else None
-
-
 def run_row(plan: RowPlan, manifest: TableManifest, runs_dir: Path, launcher: str, folder: str,
             datasets: dict[str, list[str]], column: list[str]) -> subprocess.CompletedProcess:
     """One Hydra multirun of the row over ``datasets`` with ``column``'s own overrides, in ``folder`` (one of
@@ -257,6 +259,11 @@ def run_row(plan: RowPlan, manifest: TableManifest, runs_dir: Path, launcher: st
     cmd = [str(Path(sys.executable).parent / "omnimed-evaluate"), "-m",
            *run_overrides(plan, manifest, runs_dir, launcher, ",".join(datasets), folder=folder, column=column)]
     return subprocess.run(cmd, check=False, text=True, capture_output=True)
+
+
+def run_id(plan: RowPlan, folder: str, key: str) -> str:
+    """A run's name in the table's stored cells: its folder under the table's runs."""
+    return "/".join(part for part in (plan.slug, folder, key) if part)
 
 
 def run_prepare(manifest: TableManifest, preset: str, runs_dir: Path, extra: list[str] | None, log=print,
@@ -342,111 +349,20 @@ def column_resolution(manifest: TableManifest, cells: dict[str, dict[str, Cell]]
     return out
 
 
-def seed_tag(seed: int) -> str:
-    """The suffix of what is trained with ``seed``: none for the default seed, so a table's usual run and its
-    seed-spread run share that seed's models."""
-    return "" if seed == DEFAULT_TRAINING_SEED else f"-seed{seed}"
-
-
-def for_training_seed(manifest: TableManifest, seed: int) -> TableManifest:
-    """The manifest with ``{train_seed}`` and ``{seed_tag}`` filled in wherever they appear (a seeded recipe's
-    command and ``creates``, the preset and row overrides that read its model), so one seed's training and the rows
-    that read it use that seed's artifacts."""
-    text = manifest.model_dump_json().replace(SEED_FIELD, str(seed)).replace(SEED_TAG_FIELD, seed_tag(seed))
-    return TableManifest.model_validate_json(text, context={"papers": {r.method for r in manifest.rows}})
-
-
-def seed_spread(manifest: TableManifest, per_seed: dict[int, dict[str, dict[str, Cell]]], preset: str,
-                ran_once: Sequence[str] = ()) -> dict:
-    """Our number per (row, column) for each training seed, for the record of how much trained rows move;
-    ``ran_once``: the rows that read nothing trained with the seed (run at the first seed only)."""
-    values = {row.name: {col: [per_seed[s].get(row.name, {}).get(col, Cell()).ours for s in per_seed]
-                         for col in manifest.columns} for row in manifest.rows}
-    failed = [s for s, rows in per_seed.items() if any(c.status.startswith("failed") for r in rows.values()
-                                                        for c in r.values())]
-    return {"preset": preset, "seeds": list(per_seed), "measured": date.today().isoformat(), "values": values,
-            "ran_once": list(ran_once), "definitions": row_definitions(manifest, preset, ran_once),
-            "failed": failed}
-
-
-def row_definitions(manifest: TableManifest, preset: str, ran_once: Sequence[str] = ()) -> dict[str, str]:
-    """A digest per row of what the manifest makes its runs at ``preset`` (the table's task, metrics, preset,
-    datasets and column overrides, the row's own overrides and, unless the row reads nothing trained with the seed
-    (``ran_once``), the prepare steps): a stored spread is stated only for rows whose definition is unchanged."""
-    shared = {"table": manifest.model_dump(include={"task", "metric", "metrics", "column_overrides"}),
-              "preset": manifest.presets.get(preset), "datasets": manifest.datasets.get(preset)}
-    prepare = [step.model_dump() for step in manifest.prepare.get(preset, [])]
-    out = {}
-    for row in manifest.rows:
-        own = {"row": row.model_dump(include={"method", "overrides", "column_overrides"}),
-               "row_preset": row.preset_overrides.get(preset), "prepare": None if row.name in ran_once else prepare}
-        out[row.name] = hashlib.sha256(json.dumps([shared, own], sort_keys=True).encode()).hexdigest()[:16]
-    return out
-
-
-def seed_independent_rows(plans_by_seed: dict[int, list[RowPlan]]) -> list[str]:
-    """The rows that every later seed took from an earlier one (``same_as_seed``), with the rows that are their
-    runs at this preset (``same_as``): their numbers cannot move with the training seed."""
-    later = list(plans_by_seed.values())[1:]
-    if not later:
-        return []
-    once: list[str] = []
-    for plan in later[0]:
-        if all(p.same_as_seed is not None for plans in later for p in plans if p.row.name == plan.row.name):
-            once.append(plan.row.name)
-        elif plan.same_as in once:
-            once.append(plan.row.name)
-    return once
-
-
-def read_seed_spread(path: Path, manifest: TableManifest, preset: str) -> dict | None:
-    """The stored spread over training seeds of this table at ``preset``, if one was measured, less the rows whose
-    definition changed since (listed under ``changed``: their spread no longer describes them)."""
-    if not path.is_file():
-        return None
-    spread = json.loads(path.read_text())
-    if spread.get("preset") != preset:
-        return None
-    stored = spread.get("definitions", {})
-    now = row_definitions(manifest, preset, spread.get("ran_once", []))
-    kept = [name for name in spread["values"] if name in now and stored.get(name) == now[name]]
-    changed = [name for name in spread["values"] if name in now and name not in kept]  # rows since removed: dropped
-    spread["values"] = {name: spread["values"][name] for name in kept}
-    spread["ran_once"] = [name for name in spread.get("ran_once", []) if name in kept]
-    return {**spread, "changed": changed}
-
-
-def stored_seed_cells(spread: dict | None, manifest: TableManifest, seeds: Sequence[int],
-                      main: int) -> dict[int, dict[str, dict[str, Cell]]]:
-    """The seeds of ``seeds`` (the report's own ``main`` seed excepted: its table needs its predictions) whose
-    numbers a stored spread (:func:`read_seed_spread`) already holds for every row of the table as defined now:
-    a seed-spread run does not train and run them again, so a seed measured in an earlier session (on another
-    machine, say) counts without its models. A seed with a failed cell is not among them: it runs again."""
-    if not spread or spread.get("changed"):
-        return {}
-    runnable = [row.name for row in manifest.rows if row.status == "runnable"]
-    if any(name not in spread["values"] for name in runnable):
-        return {}
-    out: dict[int, dict[str, dict[str, Cell]]] = {}
-    for i, seed in enumerate(spread["seeds"]):
-        if seed == main or seed not in seeds or seed in spread.get("failed", []):  # a failed run is measured again
-            continue
-        out[seed] = {name: {col: Cell(ours=values[i], status="measured" if values[i] is not None else "missing",
-                                      run_dir=f"stored in {manifest.table}.seeds.json")
-                            for col, values in spread["values"][name].items()} for name in runnable}
-    return out
-
-
 def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_dir: Path, launcher: str,
               dry_run: bool, log, earlier: dict[int, dict[str, dict[str, Cell]]] | None = None,
               resume_after: dict[str, float] | None = None, finished_only: bool = False,
-              only: set[str] | None = None) -> dict[str, dict[str, Cell]]:
+              only: set[str] | None = None, stored: dict[str, dict] | None = None,
+              kept: dict[str, dict] | None = None) -> dict[str, dict[str, Cell]]:
     """Run every planned row (nothing on a dry run; only the kept runs' cells with ``finished_only``, and for the
     rows not in ``only`` when it is given) and collect its cells; rows that do not run say why.
     ``earlier``: the cells of the training seeds already run, for the rows marked ``same_as_seed``;
     ``resume_after``: per row, keep the runs that finished as they would run now after this time
-    (:func:`finished_runs`, :func:`prepared_for_rows`), None to run everything again."""
+    (:func:`finished_runs`, :func:`prepared_for_rows`), None to run everything again; ``stored``: the table's
+    stored runs (run id -> run, :mod:`omnimed.tables.stored`), read for a row not run now whose runs this disk
+    lacks; ``kept``: filled with every finished run the cells were read from (run id -> what to store)."""
     earlier = earlier or {}
+    where = store_path(Path(), manifest.table).name
     cells: dict[str, dict[str, Cell]] = {}
     for row in manifest.rows:
         if row.status != "runnable":
@@ -489,6 +405,18 @@ def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_d
                 continue
             todo = {key: cols for key, cols in datasets.items() if key not in done}
             if finished_only or (only is not None and plan.row.name not in only):  # an interim report's row
+                ids = {key: run_id(plan, folder, key) for key in todo}
+                standing = stored_runs_today(
+                    {key: stored[ids[key]] for key in todo if stored and ids[key] in stored},
+                    lambda key: run_overrides(plan, manifest, runs_dir, launcher, key, folder=folder, column=extra))
+                for key, entry in standing.items():
+                    log(f"  {key}{' (' + folder + ')' if folder else ''}: read from {where}, where the run that "
+                        f"finished {entry['finished'].replace('T', ' ')[:16]} was kept (its folder is not on this "
+                        "disk; its config is today's)")
+                    cells[plan.row.name].update(stored_cells(entry, where))
+                    if kept is not None:
+                        kept[ids[key]] = entry
+                todo = {key: cols for key, cols in todo.items() if key not in standing}
                 why = plan.row.not_run.get(preset) if only is not None and plan.row.name not in only else None
                 status = (f"not run at {preset}: {why}" if why else "not run yet: " + (
                     "the table's run has not reached it" if finished_only else "not among the rows asked for"))
@@ -505,6 +433,8 @@ def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_d
                 run_dir = done[key][0] if key in done else runs_dir / plan.slug / folder / key
                 for col in columns:
                     cells[plan.row.name][col] = sweep_failure(read_cell(run_dir, manifest, col), run_dir, reason)
+                if kept is not None and (entry := stored_run(run_dir, {c: cells[plan.row.name][c] for c in columns})):
+                    kept[run_id(plan, folder, key)] = entry
         if not dry_run:
             fill_averages(manifest, preset, cells[plan.row.name])
     return cells
@@ -562,6 +492,8 @@ def reproduce(
               if len(seeds) > 1 else {})
     ran_once = seed_independent_rows(plans_by_seed)
     per_seed: dict[int, dict[str, dict[str, Cell]]] = dict(stored)
+    cells_file = store_path(out_dir, manifest.table)
+    stored_runs, kept = load_store(cells_file).get(preset, {}), {}
     for seed, (seeded, plans, runs_dir) in runs.items():
         if len(seeds) > 1:
             log(f"training seed {seed} ({seeds.index(seed) + 1}/{len(seeds)})")
@@ -580,7 +512,7 @@ def reproduce(
             run_prepare(seeded, preset, runs_dir, extra, log, needed=needed)
         resume_after = None if rerun else prepared_for_rows(seeded, preset, extra, plans)
         per_seed[seed] = _run_rows(seeded, plans, preset, runs_dir, launcher, dry_run, log, per_seed, resume_after,
-                                   finished_only, only)
+                                   finished_only, only, *((stored_runs, kept) if seed == main else (None, None)))
         if len(seeds) > 1 and not dry_run:  # each seed is kept as soon as it is measured, in the seeds' order
             spread = seed_spread(manifest, {s: per_seed[s] for s in seeds if s in per_seed}, preset, ran_once)
             out_dir.mkdir(parents=True, exist_ok=True)
@@ -588,6 +520,7 @@ def reproduce(
     cells = per_seed[main]
     if dry_run:
         return cells, {}
+    write_store(cells_file, preset, kept, [plan.slug for plan in runs[main][1]])
     if len(seeds) == 1:  # else the last write above holds every seed: the stored ones are in per_seed from the start
         spread = read_seed_spread(spread_file, manifest, preset)
     paths = write_report(manifest, cells, out_dir, preset, column_resolution(manifest, cells), spread)

@@ -76,9 +76,20 @@ def _field_defaults(node) -> dict:
     cls = OmegaConf.get_type(node) if isinstance(node, DictConfig) else None
     if cls is None or not dataclasses.is_dataclass(cls):
         return {}
-    return {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+    return {f.name: _plain_value(f.default if f.default is not dataclasses.MISSING else f.default_factory())
             for f in dataclasses.fields(cls)
             if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
+
+
+def _plain_value(value):
+    """A field default as a composed config holds it in plain form (a nested config class as a dict, an Enum as
+    its name), so it compares equal to today's value where that is the default."""
+    from omegaconf import OmegaConf
+
+    try:
+        return OmegaConf.to_container(OmegaConf.create({"v": value}), enum_to_str=True)["v"]
+    except Exception:  # a default OmegaConf cannot hold: compared as it is
+        return value
 
 
 def computes_the_same(saved: object, wanted: object, node: object = None) -> bool:
@@ -130,3 +141,18 @@ def finished_runs(own: Path, runs_root: Path, keys: Iterable[str], overrides: Ca
                     done[key] = (run_dir, finished)
                     break
     return done
+
+
+def stored_runs_today(entries: dict[str, dict], overrides: Callable[[str], list[str]]) -> dict[str, dict]:
+    """The stored runs (dataset key -> run kept in a table's stored cells, :mod:`omnimed.tables.stored`) whose saved
+    config computes what ``overrides(key)`` composes to today: a changed row, preset or config file does not read
+    them."""
+    if not entries:
+        return {}
+    out = {}
+    with evaluate_configs():
+        for key, entry in entries.items():
+            wanted = compose_run(overrides(key), f"the stored run of {key} no longer composes")
+            if computes_the_same(entry["config"], _plain(wanted), wanted):
+                out[key] = entry
+    return out

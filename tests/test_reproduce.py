@@ -561,7 +561,8 @@ def test_training_seeds_train_each_seed_once_and_the_table_states_the_spread(tmp
     """`--training-seeds` fills {train_seed} / {seed_tag} in the prepare steps and overrides, so each seed builds
     its own artifact (the default seed's keeps its untagged path) and every row runs against it; the table states
     each cell's spread over the seeds, and a later single-seed run of the table still states it. A row that reads
-    nothing trained with the seed runs once for all seeds."""
+    nothing trained with the seed runs once for all seeds. A seed measured before is not trained or run again, on
+    this disk or another."""
     fixed = {"name": "BM25 on seed 0's world", "method": "retrieval",
              "overrides": ["task.methods=[bm25]", "knowledge.world_seed=0"], "published": {"World": 90.0}}
     path = manifest(tmp_path, [{**ROWS[0], "preset_overrides": {"miniature": ["knowledge.world_seed={train_seed}"]}},
@@ -609,6 +610,20 @@ def test_training_seeds_train_each_seed_once_and_the_table_states_the_spread(tmp
     assert "table1.seeds.json, where an earlier run stored it" in " ".join((res.stdout + res.stderr).split())
     assert not (tmp_path / "builds" / "w-seed3").exists() and not (out / "runs" / "table1-seed3").exists()
     assert json.loads((out / "table1.seeds.json").read_text())["values"] == spread["values"]
+    # on a fresh disk, with both seeds measured before: seed 0's cells come from the stored cells, seed 3's from the
+    # spread, so nothing is built or run, and the table and its spread read as before
+    before = (out / "table1.md").read_text().splitlines()
+    shutil.rmtree(tmp_path / "builds")
+    shutil.rmtree(out / "runs")
+    res = reproduce_cli(str(path), "--training-seeds", "0,3", f"paths.root={tmp_path}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    log = " ".join((res.stdout + res.stderr).split())
+    assert "every run of the table is on this disk or in table1.cells.json.gz" in log
+    assert not (tmp_path / "builds").exists() and not (out / "runs" / "table1").exists()
+    assert json.loads((out / "table1.seeds.json").read_text())["values"] == spread["values"]
+    after = (out / "table1.md").read_text().splitlines()
+    assert [line for line in after if line.startswith("| ")] == [line for line in before if line.startswith("| ")]
+    assert "Spread over training seeds 0, 3" in "\n".join(after) and "BM25 / World (" in "\n".join(after)
     with pytest.raises(SystemExit):
         from omnimed.cli.reproduce import main
         main([str(path), "--training-seeds", "zero"])

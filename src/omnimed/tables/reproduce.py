@@ -440,6 +440,21 @@ def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_d
     return cells
 
 
+def _kept_whole(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_dir: Path, launcher: str,
+                extra: list[str] | None, only: set[str] | None, stored: dict[str, dict],
+                kept: dict[str, dict]) -> dict[str, dict[str, Cell]] | None:
+    """The table's cells when every run of the rows to run finished as it would run now, on this disk or in the
+    stored cells (then added to ``kept``), else None. A spread over training seeds measured over several sessions
+    reads the table's own seed this way, as it reads a later seed from the stored spread: not trained or run again."""
+    found: dict[str, dict] = {}
+    cells = _run_rows(manifest, plans, preset, runs_dir, launcher, False, lambda _: None, None,
+                      prepared_for_rows(manifest, preset, extra, plans), True, only, stored, found)
+    if any(c.status.startswith("not run yet") for row in cells.values() for c in row.values()):
+        return None
+    kept.update(found)
+    return cells
+
+
 def reproduce(
     manifest: TableManifest,
     *,
@@ -502,17 +517,26 @@ def reproduce(
                 "trained or run again (delete the file to measure every seed again)")
             continue
         only = rows_to_run(plans, preset, rows)
-        needed = steps_for_rows(seeded, preset, plans, only) if only is not None else None
-        if dry_run:
-            for step in seeded.prepare.get(preset, []):
-                log(f"prepare {step.name}: " + (f"{' '.join(step.command)} -> {step.creates}"
-                                                if needed is None or step.name in needed else NOT_NEEDED))
-        elif not finished_only and any(plan.same_as_seed is None and (plan.datasets or plan.alone)
-                                     and (only is None or plan.row.name in only) for plan in plans):
-            run_prepare(seeded, preset, runs_dir, extra, log, needed=needed)
-        resume_after = None if rerun else prepared_for_rows(seeded, preset, extra, plans)
-        per_seed[seed] = _run_rows(seeded, plans, preset, runs_dir, launcher, dry_run, log, per_seed, resume_after,
-                                   finished_only, only, *((stored_runs, kept) if seed == main else (None, None)))
+        ready = None
+        if seed == main and len(seeds) > 1 and not (dry_run or rerun):
+            ready = _kept_whole(seeded, plans, preset, runs_dir, launcher, extra, only, stored_runs, kept)
+            if ready is not None:
+                log(f"  every run of the table is on this disk or in {cells_file.name}: not trained or run again")
+        if ready is not None:
+            per_seed[seed] = ready
+        else:
+            needed = steps_for_rows(seeded, preset, plans, only) if only is not None else None
+            if dry_run:
+                for step in seeded.prepare.get(preset, []):
+                    log(f"prepare {step.name}: " + (f"{' '.join(step.command)} -> {step.creates}"
+                                                    if needed is None or step.name in needed else NOT_NEEDED))
+            elif not finished_only and any(plan.same_as_seed is None and (plan.datasets or plan.alone)
+                                         and (only is None or plan.row.name in only) for plan in plans):
+                run_prepare(seeded, preset, runs_dir, extra, log, needed=needed)
+            resume_after = None if rerun else prepared_for_rows(seeded, preset, extra, plans)
+            per_seed[seed] = _run_rows(seeded, plans, preset, runs_dir, launcher, dry_run, log, per_seed,
+                                       resume_after, finished_only, only,
+                                       *((stored_runs, kept) if seed == main else (None, None)))
         if len(seeds) > 1 and not dry_run:  # each seed is kept as soon as it is measured, in the seeds' order
             spread = seed_spread(manifest, {s: per_seed[s] for s in seeds if s in per_seed}, preset, ran_once)
             out_dir.mkdir(parents=True, exist_ok=True)

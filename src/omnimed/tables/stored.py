@@ -8,7 +8,8 @@ outcomes, so paired differences and the smallest detectable difference still rea
 
 A stored run stands in only for a row that is not run now (``--rows`` names others, or ``--finished``), and only
 while today's composed config computes what the stored one did (:func:`omnimed.tables.resume.computes_the_same`);
-the report names every cell read this way. A table run in full runs its rows again.
+the report names every cell read this way. A table run in full runs its rows again; a spread over training seeds
+reads its own seed from here when every run of it is here (``omnimed.tables.reproduce``).
 """
 
 from __future__ import annotations
@@ -37,15 +38,15 @@ def store_path(out_dir: Path, table: str) -> Path:
 
 def load_store(path: Path) -> dict[str, dict[str, dict]]:
     """preset -> run id (``<row slug>/<folder>/<dataset key>``) -> stored run; empty without a file. A file that
-    cannot be read stops the table before anything runs, naming it: silently starting afresh would drop every cell it holds at the next
-    write."""
+    cannot be read stops the table before anything runs, naming it: starting afresh would drop every cell it holds
+    at the next write."""
     if not path.is_file():
         return {}
     try:
         data = json.loads(gzip.decompress(path.read_bytes()))
     except (OSError, ValueError, EOFError) as exc:
         raise ManifestError(f"{path}: not a readable stored-cells file ({exc}); restore it from git "
-                         "(`git checkout -- <path>`) or delete it to keep no earlier cells") from exc
+                            "(`git checkout -- <path>`) or delete it to keep no earlier cells") from exc
     if not isinstance(data, dict) or not isinstance(data.get("presets"), dict):
         raise ManifestError(f"{path}: expected a JSON object with 'presets' (preset -> run id -> stored run)")
     return data["presets"]
@@ -58,8 +59,10 @@ def stored_run(run_dir: Path, cells: dict[str, Cell]) -> dict[str, Any] | None:
     config = saved_config(run_dir)
     if not metrics.is_file() or config is None:
         return None
-    code_file = run_dir / CODE_FILE
-    code = json.loads(code_file.read_text(encoding="utf-8")) if code_file.is_file() else None
+    try:  # a run without a readable record is stored as one without: the report says its code may differ
+        code = json.loads((run_dir / CODE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        code = None
     finished = datetime.fromtimestamp(metrics.stat().st_mtime).isoformat(timespec="seconds")
     kept = {col: {f: getattr(cell, f) for f in KEPT_FIELDS} for col, cell in cells.items()
             if cell.status == "measured" or cell.status.startswith("undefined")}
@@ -90,4 +93,3 @@ def write_store(path: Path, preset: str, runs: dict[str, dict], row_slugs: Itera
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
         tmp.write_bytes(gzip.compress(text.encode(), mtime=0))
-

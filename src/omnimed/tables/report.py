@@ -180,6 +180,11 @@ def other_code_lines(manifest: TableManifest, cells: dict[str, dict[str, Cell]])
             "today's code.")]
 
 
+def stored_name(table: str) -> str:
+    """The file beside a table's report that keeps its finished runs' cells (:mod:`omnimed.tables.stored`)."""
+    return f"{table}.cells.json.gz"
+
+
 def stored_lines(manifest: TableManifest, cells: dict[str, dict[str, Cell]]) -> list[str]:
     """The cells read from the table's stored cells rather than a run folder on this disk, with the day each run
     finished."""
@@ -187,7 +192,7 @@ def stored_lines(manifest: TableManifest, cells: dict[str, dict[str, Cell]]) -> 
              if (c := cells.get(row.name, {}).get(col)) and c.stored and not c.same_as]
     if not where:
         return []
-    return ["", (f"Read from `{manifest.table}.cells.json.gz`, where each run's cells were kept when it finished (its "
+    return ["", (f"Read from `{stored_name(manifest.table)}`, where each run's cells were kept when it finished (its "
                  f"folder is not on this disk; its config is today's): {', '.join(where)}. A run of the row "
                  "recomputes them.")]
 

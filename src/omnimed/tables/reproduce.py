@@ -39,7 +39,7 @@ from omnimed.tables.prepared import (
     steps_for_rows,
     validate_prepare,
 )
-from omnimed.tables.report import Cell, Detectable, fill_averages, write_report
+from omnimed.tables.report import Cell, Detectable, fill_averages, stored_name, write_report
 from omnimed.tables.resume import (
     compose_run,
     evaluate_configs,
@@ -362,7 +362,7 @@ def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_d
     stored runs (run id -> run, :mod:`omnimed.tables.stored`), read for a row not run now whose runs this disk
     lacks; ``kept``: filled with every finished run the cells were read from (run id -> what to store)."""
     earlier = earlier or {}
-    where = store_path(Path(), manifest.table).name
+    where = stored_name(manifest.table)
     cells: dict[str, dict[str, Cell]] = {}
     for row in manifest.rows:
         if row.status != "runnable":

@@ -23,17 +23,16 @@ from typing import Any
 
 from omnimed.data.artifacts import atomic_path
 from omnimed.tables.manifest import ManifestError
-from omnimed.tables.report import Cell
+from omnimed.tables.report import Cell, stored_name
 from omnimed.tables.resume import saved_config
 from omnimed.tracking import CODE_FILE, code_difference
 
-SUFFIX = ".cells.json.gz"
 #: the Cell fields a stored run keeps per column (run_dir, same_as and other_code describe this disk's reading)
 KEPT_FIELDS = ("ours", "low", "high", "n", "status", "outcomes", "skew")
 
 
 def store_path(out_dir: Path, table: str) -> Path:
-    return out_dir / f"{table}{SUFFIX}"
+    return out_dir / stored_name(table)
 
 
 def load_store(path: Path) -> dict[str, dict[str, dict]]:

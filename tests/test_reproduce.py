@@ -810,6 +810,49 @@ def test_rows_runs_only_the_named_rows_and_reads_the_others_as_they_stand(tmp_pa
     assert reproduce_cli(str(path), "--rows", "BM25", "--finished", cwd=tmp_path).returncode == 2
 
 
+def test_columns_run_only_the_named_cells_of_the_rows_that_run(tmp_path):
+    """A cell failed (its data was not there) or a row is too long for one sitting: ``--columns`` runs only the
+    named columns of the rows that run, keeps or reads the others as they stand, and logs no W&B table run; a
+    column the table lacks is refused before anything runs, and so is ``--columns`` with ``--finished``."""
+    path = manifest(tmp_path, ROWS[:2])
+    data = yaml.safe_load(path.read_text())
+    data["columns"] = ["World", "Diagnosis"]
+    for preset in data["datasets"].values():
+        preset["Diagnosis"] = "world_diagnosis"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    out = tmp_path / "experiments" / "demo" / "results"
+    runs = out / "runs" / "table1"
+
+    def table() -> dict[tuple[str, str], dict]:
+        return {(row["row"], row["column"]): row for row in csv.DictReader((out / "table1.csv").open())}
+
+    res = reproduce_cli(str(path), "--columns", "Diagnosis", "--dry-run", cwd=tmp_path)
+    assert res.returncode == 0 and "BM25: world_diagnosis\n" in res.stdout + res.stderr, res.stderr[-3000:]
+    res = reproduce_cli(str(path), "--columns", "Diagnosis", "--rows", "Dense", f"paths.root={tmp_path}",
+                        cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    cells = table()
+    assert cells[("Dense", "Diagnosis")]["status"] == "measured"
+    assert cells[("Dense", "World")]["status"] == "not run yet: not among the columns asked for"
+    assert cells[("BM25", "Diagnosis")]["status"].startswith("not run yet: not among the rows")
+    assert not (runs / "dense" / "world").exists() and not (runs / "bm25").exists()
+    assert not (out / "runs" / "table1-report").exists()
+    diagnosis = (runs / "dense" / "world_diagnosis" / "metrics.json").stat().st_mtime_ns
+    res = reproduce_cli(str(path), "--columns", "World", f"paths.root={tmp_path}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    cells = table()
+    assert {key: row["status"] for key, row in cells.items() if key[0] in ("BM25", "Dense")} == {
+        ("BM25", "World"): "measured", ("Dense", "World"): "measured", ("Dense", "Diagnosis"): "measured",
+        ("BM25", "Diagnosis"): "not run yet: not among the columns asked for"}
+    assert (runs / "dense" / "world_diagnosis" / "metrics.json").stat().st_mtime_ns == diagnosis  # kept
+    assert not (runs / "bm25" / "world_diagnosis").exists()
+    res = reproduce_cli(str(path), "--columns", "World,Nope", f"paths.root={tmp_path}", cwd=tmp_path)
+    assert res.returncode == 2
+    assert "--columns names columns the table does not have: ['Nope']; its columns: ['World', 'Diagnosis']" in (
+        " ".join((res.stdout + res.stderr).split()))
+    assert reproduce_cli(str(path), "--columns", "World", "--finished", cwd=tmp_path).returncode == 2
+
+
 def test_a_row_too_costly_at_a_preset_states_why_and_still_runs_when_asked_for(tmp_path):
     """Table 4's SeRTS loop takes days a column on CPU: its manifest says so at ``miniature``, a whole-table run
     leaves it out with that reason in its cells (and still logs the table), ``--rows`` runs it anyway, and the next

@@ -7,6 +7,7 @@
     omnimed-reproduce experiments/selfbiorag/table9.yaml --training-seeds 0,1,2   # trained rows' spread over seeds
     omnimed-reproduce experiments/omnirag/table7.yaml --finished   # while it runs: the report of what finished
     omnimed-reproduce experiments/omnirag/table7.yaml --rows '+ DPO'   # one row; the others as they stand
+    omnimed-reproduce experiments/omnirag/table4.yaml --rows 'SPO Planning [Reader: Qwen2.5-7B]' --columns MMLU
 
 Stopped part way, the same command resumes: prepare steps whose artifact exists and runs that already finished as
 they would run now (same composed config, after the newest prepared artifact the row reads; in this table's runs
@@ -64,7 +65,7 @@ def _seeds(text: str) -> tuple[int, ...]:
 def _names(text: str) -> tuple[str, ...]:
     names = tuple(name.strip() for name in text.split(",") if name.strip())
     if not names:
-        raise argparse.ArgumentTypeError(f"expected comma-separated row names ('+ DPO,Frozen'), got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected comma-separated names ('+ DPO,Frozen'), got {text!r}")
     return names
 
 
@@ -90,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=_names, default=(), metavar="'+ DPO,Frozen'",
                         help="run only these rows (comma-separated names, as the manifest spells them); the others "
                         "are read from their finished runs as --finished reads them, and nothing is logged to W&B")
+    parser.add_argument("--columns", type=_names, default=(), metavar="'MMLU,SEER'",
+                        help="run only these columns (as the manifest spells them) of the rows that run; the other "
+                        "cells are read as --rows reads the rows not named, and nothing is logged to W&B")
     parser.add_argument("overrides", nargs="*", help="extra overrides for every run, e.g. task.limit=50")
     args = parser.parse_intermixed_args(argv)
     if args.list:
@@ -104,13 +108,13 @@ def main(argv: list[str] | None = None) -> int:
         cells, paths = reproduce(manifest, preset=args.preset, out_dir=out, launcher=args.launcher,
                                  extra=args.overrides, dry_run=args.dry_run,
                                  training_seeds=args.training_seeds, rerun=args.rerun, finished_only=args.finished,
-                                 rows=args.rows,
+                                 rows=args.rows, columns=args.columns,
                                  # markup off: overrides hold [...]
                                  log=lambda text: console.print(text, markup=False, highlight=False))
     except ManifestError as exc:
         console.print(f"[red]omnimed-reproduce: {exc}[/red]")
         return 2
-    if paths and not args.finished and not args.rows:  # the whole table as a run of its W&B group
+    if paths and not (args.finished or args.rows or args.columns):  # the whole table as a run of its W&B group
         from omnimed.tables.wandb_table import log_table_run, table_logger_settings
 
         try:

@@ -353,9 +353,10 @@ def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_d
               dry_run: bool, log, earlier: dict[int, dict[str, dict[str, Cell]]] | None = None,
               resume_after: dict[str, float] | None = None, finished_only: bool = False,
               only: set[str] | None = None, stored: dict[str, dict] | None = None,
-              kept: dict[str, dict] | None = None) -> dict[str, dict[str, Cell]]:
+              kept: dict[str, dict] | None = None, asked: set[str] | None = None) -> dict[str, dict[str, Cell]]:
     """Run every planned row (nothing on a dry run; only the kept runs' cells with ``finished_only``, and for the
-    rows not in ``only`` when it is given) and collect its cells; rows that do not run say why.
+    rows not in ``only`` when it is given, or the columns not in ``asked``) and collect its cells; rows that do not
+    run say why.
     ``earlier``: the cells of the training seeds already run, for the rows marked ``same_as_seed``;
     ``resume_after``: per row, keep the runs that finished as they would run now after this time
     (:func:`finished_runs`, :func:`prepared_for_rows`), None to run everything again; ``stored``: the table's
@@ -363,6 +364,10 @@ def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_d
     lacks; ``kept``: filled with every finished run the cells were read from (run id -> what to store)."""
     earlier = earlier or {}
     where = stored_name(manifest.table)
+
+    def asks(cols: list[str]) -> bool:
+        return asked is None or bool(asked & set(cols))
+
     cells: dict[str, dict[str, Cell]] = {}
     for row in manifest.rows:
         if row.status != "runnable":
@@ -381,9 +386,9 @@ def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_d
                                     for col, cell in cells[plan.same_as].items()}
             continue
         waiting = sorted({why for why in plan.pending.values()})
-        shown = [*plan.datasets, *(f"{key} ({', '.join(cols)}: {' '.join(extra)})"
-                                   for folder, datasets, extra in sweeps(plan, manifest) if folder
-                                   for key, cols in datasets.items())]
+        shown = [*(key for key, cols in plan.datasets.items() if asks(cols)),
+                 *(f"{key} ({', '.join(cols)}: {' '.join(extra)})" for folder, datasets, extra in sweeps(plan, manifest)
+                   if folder for key, cols in datasets.items() if asks(cols))]
         log(f"[{i}/{len(plans)}] {plan.row.name}: {', '.join(shown) or 'nothing to run'}"
             + (f" (not run: {'; '.join(w.removeprefix('missing: ') for w in waiting)})" if waiting else ""))
         cells[plan.row.name] = {col: Cell(status=why) for col, why in plan.pending.items()}
@@ -404,10 +409,12 @@ def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_d
             if dry_run:  # what a real run would keep is shown; nothing runs
                 continue
             todo = {key: cols for key, cols in datasets.items() if key not in done}
-            if finished_only or (only is not None and plan.row.name not in only):  # an interim report's row
-                ids = {key: run_id(plan, folder, key) for key in todo}
+            row_read = finished_only or (only is not None and plan.row.name not in only)  # an interim report's row
+            unasked = todo if row_read else {key: cols for key, cols in todo.items() if not asks(cols)}
+            if unasked:
+                ids = {key: run_id(plan, folder, key) for key in unasked}
                 standing = stored_runs_today(
-                    {key: stored[ids[key]] for key in todo if stored and ids[key] in stored},
+                    {key: stored[ids[key]] for key in unasked if stored and ids[key] in stored},
                     lambda key: run_overrides(plan, manifest, runs_dir, launcher, key, folder=folder, column=extra))
                 for key, entry in standing.items():
                     log(f"  {key}{' (' + folder + ')' if folder else ''}: read from {where}, where the run that "
@@ -416,12 +423,14 @@ def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_d
                     cells[plan.row.name].update(stored_cells(entry, where))
                     if kept is not None:
                         kept[ids[key]] = entry
-                todo = {key: cols for key, cols in todo.items() if key not in standing}
                 why = plan.row.not_run.get(preset) if only is not None and plan.row.name not in only else None
                 status = (f"not run at {preset}: {why}" if why else "not run yet: " + (
-                    "the table's run has not reached it" if finished_only else "not among the rows asked for"))
-                cells[plan.row.name].update({col: Cell(status=status) for key in todo for col in todo[key]})
-                datasets, todo = {key: cols for key, cols in datasets.items() if key in done}, {}
+                    "the table's run has not reached it" if finished_only else
+                    f"not among the {'rows' if row_read else 'columns'} asked for"))
+                cells[plan.row.name].update({col: Cell(status=status) for key in unasked if key not in standing
+                                             for col in unasked[key]})
+                todo = {key: cols for key, cols in todo.items() if key not in unasked}
+                datasets = {key: cols for key, cols in datasets.items() if key in done or key in todo}
             res = (run_row(plan, manifest, runs_dir, launcher, folder, todo, extra) if todo
                    else subprocess.CompletedProcess([], 0))
             reason = ""
@@ -467,6 +476,7 @@ def reproduce(
     rerun: bool = False,
     finished_only: bool = False,
     rows: Sequence[str] = (),
+    columns: Sequence[str] = (),
     log=print,
 ) -> tuple[dict[str, dict[str, Cell]], dict[str, Path]]:
     """Run the table's runnable rows and write its report; returns the cells and the report paths. With
@@ -477,16 +487,20 @@ def reproduce(
     finished as it would run now, after the table's models were prepared, is kept (a stopped table resumes where
     it stopped) unless ``rerun``. ``finished_only``: run nothing, and write the report of the runs kept so far (a
     long table's interim view; one training seed). ``rows``: run only these rows (and the rows they share a run
-    with), the others' cells read from their finished runs as in an interim report."""
-    if finished_only and (len(training_seeds) > 1 or rerun or dry_run or rows):
+    with), the others' cells read from their finished runs as in an interim report. ``columns``: run only these
+    columns of the rows that run (a failed cell again, or a long row a column at a time); the others are read the
+    same way."""
+    if finished_only and (len(training_seeds) > 1 or rerun or dry_run or rows or columns):
         raise ManifestError("an interim report (--finished) runs nothing and reads one training seed's kept runs: it "
-                            "does not combine with --rerun, --dry-run, --rows or several --training-seeds")
-    if rows and len(set(training_seeds)) > 1:
-        raise ManifestError("--rows runs part of one training seed's table; a seed spread needs every row: run "
-                            "--training-seeds without --rows")
-    if unknown := [name for name in rows if name not in {row.name for row in manifest.rows}]:
-        raise ManifestError(f"{manifest.paper} {manifest.table}: --rows names rows the table does not have: "
-                            f"{unknown}; its rows: {[row.name for row in manifest.rows]}")
+                            "does not combine with --rerun, --dry-run, --rows, --columns or several --training-seeds")
+    if (rows or columns) and len(set(training_seeds)) > 1:
+        raise ManifestError("--rows and --columns run part of one training seed's table; a seed spread needs every "
+                            "cell: run --training-seeds without them")
+    for flag, names, known in (("--rows", rows, [row.name for row in manifest.rows]),
+                               ("--columns", columns, manifest.columns)):
+        if unknown := [name for name in names if name not in known]:
+            raise ManifestError(f"{manifest.paper} {manifest.table}: {flag} names {flag[2:]} the table does not "
+                                f"have: {unknown}; its {flag[2:]}: {list(known)}")
     launcher, extra = split_launcher(launcher, extra)
     seeds = list(dict.fromkeys(training_seeds)) or [DEFAULT_TRAINING_SEED]
     main = DEFAULT_TRAINING_SEED if DEFAULT_TRAINING_SEED in seeds else seeds[0]
@@ -536,7 +550,8 @@ def reproduce(
             resume_after = None if rerun else prepared_for_rows(seeded, preset, extra, plans)
             per_seed[seed] = _run_rows(seeded, plans, preset, runs_dir, launcher, dry_run, log, per_seed,
                                        resume_after, finished_only, only,
-                                       *((stored_runs, kept) if seed == main else (None, None)))
+                                       *((stored_runs, kept) if seed == main else (None, None)),
+                                       set(columns) or None)
         if len(seeds) > 1 and not dry_run:  # each seed is kept as soon as it is measured, in the seeds' order
             spread = seed_spread(manifest, {s: per_seed[s] for s in seeds if s in per_seed}, preset, ran_once)
             out_dir.mkdir(parents=True, exist_ok=True)

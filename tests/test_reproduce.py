@@ -831,6 +831,7 @@ def test_columns_run_only_the_named_cells_of_the_rows_that_run(tmp_path):
     res = reproduce_cli(str(path), "--columns", "Diagnosis", "--rows", "Dense", f"paths.root={tmp_path}",
                         cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
+    assert "BM25: world, world_diagnosis\n" in res.stdout + res.stderr  # a row only read lists all it reads
     cells = table()
     assert cells[("Dense", "Diagnosis")]["status"] == "measured"
     assert cells[("Dense", "World")]["status"] == "not run yet: not among the columns asked for"

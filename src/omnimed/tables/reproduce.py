@@ -386,9 +386,10 @@ def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_d
                                     for col, cell in cells[plan.same_as].items()}
             continue
         waiting = sorted({why for why in plan.pending.values()})
-        shown = [*(key for key, cols in plan.datasets.items() if asks(cols)),
+        row_read = finished_only or (only is not None and plan.row.name not in only)  # an interim report's row
+        shown = [*(key for key, cols in plan.datasets.items() if row_read or asks(cols)),
                  *(f"{key} ({', '.join(cols)}: {' '.join(extra)})" for folder, datasets, extra in sweeps(plan, manifest)
-                   if folder for key, cols in datasets.items() if asks(cols))]
+                   if folder for key, cols in datasets.items() if row_read or asks(cols))]
         log(f"[{i}/{len(plans)}] {plan.row.name}: {', '.join(shown) or 'nothing to run'}"
             + (f" (not run: {'; '.join(w.removeprefix('missing: ') for w in waiting)})" if waiting else ""))
         cells[plan.row.name] = {col: Cell(status=why) for col, why in plan.pending.items()}
@@ -409,8 +410,7 @@ def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_d
             if dry_run:  # what a real run would keep is shown; nothing runs
                 continue
             todo = {key: cols for key, cols in datasets.items() if key not in done}
-            row_read = finished_only or (only is not None and plan.row.name not in only)  # an interim report's row
-            unasked = todo if row_read else {key: cols for key, cols in todo.items() if not asks(cols)}
+            unasked = {key: cols for key, cols in todo.items() if row_read or not asks(cols)}
             if unasked:
                 ids = {key: run_id(plan, folder, key) for key in unasked}
                 standing = stored_runs_today(

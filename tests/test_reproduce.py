@@ -522,8 +522,34 @@ def test_a_cell_whose_reader_gives_one_answer_to_nearly_every_question_says_so(t
     cells = {first: {"World": Cell(ours=20.0, status="measured", skew=answer_skew(run))},
              second: {"World": Cell(ours=40.0, status="measured", skew=("B", 17, 20))}}  # 85%: under the bar
     text = markdown(m, cells, "miniature")
-    assert f"One answer to at least 90% of the questions in: World ({first}: C 19/20)." in text
+    assert f"One answer (or option position) to at least 90% of the questions in: World ({first}: C 19/20)." in text
     assert f"{second}: B" not in text
+
+
+def test_a_reader_that_answers_by_position_is_reported_even_when_its_letters_differ(tmp_path):
+    from omnimed.tables.detectable import answer_skew
+    from omnimed.tables.report import Cell, markdown
+
+    run = tmp_path / "run"
+    run.mkdir()
+
+    def row(i: int, letters: str, pick: str) -> dict:
+        return {"question_id": f"q{i}", "prediction": pick, "correct": False,
+                "output": json.dumps({x: -1.0 - (x != pick) for x in letters})}
+
+    # the last option every time: D on four-option questions, E on five; no letter reaches 90% by itself
+    rows = [row(i, "ABCD" if i % 2 else "ABCDE", "D" if i % 2 else "E") for i in range(19)]
+    rows.append(row(19, "ABCDE", "A"))
+    rows.append({"question_id": "q20", "prediction": "B", "output": "B, because"})  # a generated answer: no options
+    (run / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert answer_skew(run) == ("the last option", 19, 21)
+    m = load_manifest(manifest(tmp_path, ROWS[:1]))
+    name = ROWS[0]["name"]
+    text = markdown(m, {name: {"World": Cell(ours=20.0, status="measured", skew=answer_skew(run))}}, "miniature")
+    assert f"World ({name}: the last option 19/21)" in text
+    mixed = [row(i, "ABCDE", "D") for i in range(6)] + [row(i, "ABCDE", "E") for i in range(6, 10)]
+    (run / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in mixed))
+    assert answer_skew(run) == ("D", 6, 10)  # the last option 4 times, D 6: the letter is what is reported
 
 
 def test_each_row_is_paired_by_question_against_the_named_row_and_separated_pairs_are_marked(tmp_path):

@@ -59,15 +59,34 @@ def question_outcomes(run_dir: Path, metric: str) -> dict[str, bool | float] | N
 
 
 def answer_skew(run_dir: Path) -> tuple[str, int, int] | None:
-    """``(answer, count, total)``: the answer a QA run gave most often and to how many of its predictions. A reader
-    that gives one answer to nearly every question scores that answer's base rate whatever it is shown, so no row
-    can differ from another there; None for a run without predictions that carry one."""
-    counts = Counter(str(row["prediction"]) for row in _rows(run_dir / "predictions.jsonl")
-                     if row.get("prediction") is not None)
-    if not counts:
+    """``(answer, count, total)``: the answer a QA run gave most often and to how many of its predictions, or
+    ``"the last option"`` when more predictions pick the last of their question's options than any one letter (a
+    reader answering by position on questions with four or five options spreads its letters over D and E). A reader
+    that gives one answer, or one position, to nearly every question scores its base rate whatever it is shown, so no
+    row can differ from another there; None for a run without predictions that carry one."""
+    letters: Counter[str] = Counter()
+    last = 0
+    for row in _rows(run_dir / "predictions.jsonl"):
+        if row.get("prediction") is None:
+            continue
+        letters[str(row["prediction"])] += 1
+        last += str(row["prediction"]) == _last_option(row.get("output"))
+    if not letters:
         return None
-    answer, count = counts.most_common(1)[0]
-    return answer, count, sum(counts.values())
+    answer, count = letters.most_common(1)[0]
+    if last > count:
+        answer, count = "the last option", last
+    return answer, count, letters.total()
+
+
+def _last_option(output: object) -> str | None:
+    """The last option of a prediction's question, where its ``output`` is the reader's score per option (a JSON
+    object keyed by letter, in the options' order); None for a generated answer."""
+    try:
+        scores = json.loads(output) if isinstance(output, str) else None
+    except json.JSONDecodeError:
+        return None
+    return list(scores)[-1] if isinstance(scores, dict) and scores else None
 
 
 def _rows(path: Path) -> Iterator[dict]:

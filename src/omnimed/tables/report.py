@@ -32,13 +32,15 @@ class Cell:
     # per question (and seed): right or wrong, for an accuracy column (what the detectable difference is paired on)
     outcomes: Optional[dict[str, bool | float]] = field(default=None, repr=False)
     same_as: str = ""  # the row whose run this cell is (the two rows compose to the same config at this preset)
-    skew: Optional[tuple[str, int, int]] = None  # the answer given most often, to how many, of how many predictions
+    # the answer (or option position) given most often, to how many, of how many predictions
+    skew: Optional[tuple[str, int, int]] = None
     other_code: str = ""  # set when the run was computed by other code than today's (omnimed.tracking.other_code)
     stored: str = ""  # the day its run finished, when read from the table's stored cells (omnimed.tables.stored)
 
 
-#: a cell whose run gives one answer to at least this share of its questions is reported as measuring that answer's
-#: base rate (the miniature reader answering "maybe" to every PubMedQA question), not the row
+#: a cell whose run gives one answer (or one option position) to at least this share of its questions is reported as
+#: measuring that answer's base rate (the miniature reader answering "maybe" to every PubMedQA question, or the last
+#: option of every multi-hop question), not the row
 SKEWED_SHARE = 0.9
 
 #: column -> (the smallest difference it can detect, on the paper's scale; the questions it is paired on)
@@ -153,8 +155,9 @@ def spread_lines(manifest: TableManifest, spread: dict) -> list[str]:
 
 
 def skew_lines(manifest: TableManifest, cells: dict[str, dict[str, Cell]]) -> list[str]:
-    """The cells whose run gave one answer to nearly every question (:data:`SKEWED_SHARE`), by column: there the
-    score is that answer's share of the gold answers, whatever the row changes."""
+    """The cells whose run gave one answer, or one option position, to nearly every question
+    (:data:`SKEWED_SHARE`), by column: there the score is that answer's share of the gold answers, whatever the row
+    changes."""
     found = []
     for col in manifest.columns:
         skewed = [f"{row.name}: {c.skew[0]} {c.skew[1]}/{c.skew[2]}" for row in manifest.rows
@@ -163,8 +166,9 @@ def skew_lines(manifest: TableManifest, cells: dict[str, dict[str, Cell]]) -> li
             found.append(f"{col} ({', '.join(skewed)})")
     if not found:
         return []
-    return ["", f"One answer to at least {SKEWED_SHARE:.0%} of the questions in: {'; '.join(found)}. There the cell "
-                "is that answer's share of the gold answers: the reader does not use what the row gives it."]
+    return ["", f"One answer (or option position) to at least {SKEWED_SHARE:.0%} of the questions in: "
+                f"{'; '.join(found)}. There the cell is that answer's share of the gold answers: the reader does not "
+                "use what the row gives it."]
 
 
 def other_code_lines(manifest: TableManifest, cells: dict[str, dict[str, Cell]]) -> list[str]:

@@ -154,6 +154,17 @@ def test_query2doc_and_original_question_query_each_text_source_once_and_the_gra
         assert all(" , " in q for q in a.extras["plan_queries"].get("graph", []))
     metrics = method.metrics(answers)
     assert metrics["plan/gold_recall"] == 1.0  # the oracle's pseudo-documents are the gold passages' texts
+    for q, a in zip(_questions(world_tiny), answers):  # Query2Doc expands the question: it leads every text query
+        assert all(qs[0].startswith(" ".join(q.question.split()) + " ") for s, qs in a.extras["plan_queries"].items()
+                   if s != "graph")
+    alone = _run(Query2Doc(Query2DocConfig(question_repeats=0)), OracleBackend(world_tiny), world_tiny, kb_tiny, n=3)
+    twice = _run(Query2Doc(Query2DocConfig(question_repeats=2)), OracleBackend(world_tiny), world_tiny, kb_tiny, n=3)
+    for q, a, b, c in zip(_questions(world_tiny), alone, twice, answers):
+        question = " ".join(q.question.split())
+        assert a.extras["plan_queries"]["book"][0] == c.extras["plan_queries"]["book"][0].removeprefix(question + " ")
+        assert b.extras["plan_queries"]["book"][0] == f"{question} {c.extras['plan_queries']['book'][0]}"
+    with pytest.raises(ValueError, match=r"pipeline.question_repeats=-1: expected 0"):
+        Query2DocConfig(question_repeats=-1)
     original = OriginalQuestion(OriginalQuestionConfig())
     asked = _run(original, OracleBackend(world_tiny), world_tiny, kb_tiny, n=3)
     for q, a in zip(_questions(world_tiny), asked):

@@ -5,7 +5,9 @@ query, reading and the plan statistics are its own):
   source, and the graph is queried with the medical terms an LM (the frozen planner: Qwen2.5-72B-Instruct-AWQ in the
   paper) finds in the question (Prompt E.5);
 - ``pipeline=query2doc`` (Wang et al., 2023): the LM writes, for each text source, a passage of that source's kind
-  that answers the question (E.6), which is the source's query; the graph as in Original Question.
+  that answers the question (E.6); the source's query is the question expanded by it (the question, repeated
+  ``question_repeats`` times, then the pseudo-document: Query2Doc expands the query rather than replacing it, and
+  the appendix says the pseudo-documents "enhance the original question"); the graph as in Original Question.
 """
 
 from __future__ import annotations
@@ -32,10 +34,18 @@ class OriginalQuestionConfig(OmniRAGConfig):
 @dataclass
 class Query2DocConfig(OmniRAGConfig):
     """Omni-RAG's settings; the writer is the frozen planner (``planner_model``, ``planner_backend``),
-    ``planner_max_new_tokens`` its budget (E.6 asks for at most 200 words)."""
+    ``planner_max_new_tokens`` its budget (E.6 asks for at most 200 words). ``question_repeats``: how many times the
+    question precedes the pseudo-document in each query: 1 is Wang et al.'s expansion for a dense retriever (the
+    paper's MedCPT), 5 theirs for BM25, 0 the pseudo-document alone."""
 
     name: str = "query2doc"
     planner_max_new_tokens: int = 320
+    question_repeats: int = 1
+
+    def __post_init__(self) -> None:
+        if self.question_repeats < 0:
+            raise ValueError(f"pipeline.question_repeats={self.question_repeats}: expected 0 (the pseudo-document "
+                             "alone) or more (times the question precedes it)")
 
 
 @register_method
@@ -79,9 +89,10 @@ class OriginalQuestion(OmniRAG):
                     problems[i].append("no <term> tag in the graph terms reply (graph not searched)")
             else:
                 doc = as_query(prompts.read_pseudo_document(gen.text))
-                found = [doc] if doc else []
-                if not found:
-                    problems[i].append(f"empty pseudo-document for {source} (not searched)")
+                query = as_query(" ".join([questions[i].question] * self.cfg.question_repeats + [doc]))
+                found = [query] if query else []
+                if not doc:
+                    problems[i].append(f"empty pseudo-document for {source}" + ("" if found else " (not searched)"))
             if found:
                 queries[i][source] = found
         return [Planned(PlanParse(Plan(question_id=q.id, queries=qs), probs), err)

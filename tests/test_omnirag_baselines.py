@@ -144,7 +144,7 @@ def test_serts_expands_sibling_plans_within_its_iteration_budget(world_tiny, kb_
 
 
 def test_query2doc_and_original_question_query_each_text_source_once_and_the_graph_with_its_terms(world_tiny, kb_tiny):
-    method = Query2Doc(Query2DocConfig())
+    method = Query2Doc(Query2DocConfig(question_repeats=1))  # conf/pipeline/query2doc.yaml's value
     answers = _run(method, OracleBackend(world_tiny), world_tiny, kb_tiny, n=3)
     query2doc_graph = []
     for a in answers:

@@ -4,6 +4,7 @@ filled), and the table lands as Markdown, CSV and PNG with ours beside the publi
 
 from __future__ import annotations
 
+import copy
 import csv
 import json
 import shutil
@@ -1103,6 +1104,19 @@ def test_a_run_saved_before_a_config_field_existed_is_kept_while_the_field_stays
     assert not computes_the_same(saved, *today(top_k=3))
     assert not computes_the_same({**saved, "task": {"k": 3, "gone": 1}}, *today())  # a field removed since
     assert not computes_the_same({"pipeline": {"top_k": 5}, "task": {}}, *today())  # no class default for task.k
+
+
+def test_a_query2doc_run_made_before_the_question_expansion_runs_again():
+    from omnimed.tables.resume import _plain, compose_run, computes_the_same, evaluate_configs
+
+    with evaluate_configs():
+        today = compose_run(["task=qa", "pipeline=query2doc"], "query2doc does not compose")
+    wanted = _plain(today)
+    assert wanted["pipeline"]["question_repeats"] == 1  # the config's value, not the field's default (0)
+    before = copy.deepcopy(wanted)
+    del before["pipeline"]["question_repeats"]  # a run saved before the knob: its queries were the documents alone
+    assert not computes_the_same(before, wanted, today)
+    assert computes_the_same(copy.deepcopy(wanted), wanted, today)
 
 
 def test_a_kept_run_that_other_code_computed_is_named_in_the_log_and_the_report(tmp_path):

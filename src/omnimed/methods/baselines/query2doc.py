@@ -36,11 +36,12 @@ class Query2DocConfig(OmniRAGConfig):
     """Omni-RAG's settings; the writer is the frozen planner (``planner_model``, ``planner_backend``),
     ``planner_max_new_tokens`` its budget (E.6 asks for at most 200 words). ``question_repeats``: how many times the
     question precedes the pseudo-document in each query: 1 is Wang et al.'s expansion for a dense retriever (the
-    paper's MedCPT), 5 theirs for BM25, 0 the pseudo-document alone."""
+    paper's MedCPT; ``conf/pipeline/query2doc.yaml`` sets it), 5 theirs for BM25, 0 the pseudo-document alone (the
+    field's default, what runs made before the knob did, so a table keeps those only where it asks for 0)."""
 
     name: str = "query2doc"
     planner_max_new_tokens: int = 320
-    question_repeats: int = 1
+    question_repeats: int = 0
 
     def __post_init__(self) -> None:
         if self.question_repeats < 0:

@@ -10,7 +10,7 @@ import json
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 
@@ -547,7 +547,11 @@ def test_a_reader_that_answers_by_position_is_reported_even_when_its_letters_dif
     m = load_manifest(manifest(tmp_path, ROWS[:1]))
     name = ROWS[0]["name"]
     text = markdown(m, {name: {"World": Cell(ours=20.0, status="measured", skew=answer_skew(run))}}, "miniature")
-    assert f"World ({name}: the last option 19/21)" in text
+    assert f"World ({name}: the last option 19/21)." in text
+    again = replace(answer := Cell(ours=20.0, status="measured", skew=answer_skew(run)), same_as=name)
+    two = load_manifest(manifest(tmp_path, ROWS[:2]))
+    text = markdown(two, {name: {"World": answer}, ROWS[1]["name"]: {"World": again}}, "miniature")
+    assert f"World ({name}: the last option 19/21)." in text  # the row that is its run is not named twice
     mixed = [row(i, "ABCDE", "D") for i in range(6)] + [row(i, "ABCDE", "E") for i in range(6, 10)]
     (run / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in mixed))
     assert answer_skew(run) == ("D", 6, 10)  # the last option 4 times, D 6: the letter is what is reported

@@ -161,7 +161,8 @@ def skew_lines(manifest: TableManifest, cells: dict[str, dict[str, Cell]]) -> li
     found = []
     for col in manifest.columns:
         skewed = [f"{row.name}: {c.skew[0]} {c.skew[1]}/{c.skew[2]}" for row in manifest.rows
-                  if (c := cells.get(row.name, {}).get(col)) and c.skew and c.skew[1] >= SKEWED_SHARE * c.skew[2]]
+                  if (c := cells.get(row.name, {}).get(col)) and c.skew and c.skew[1] >= SKEWED_SHARE * c.skew[2]
+                  and not c.same_as]  # a row that is another row's run: named once, under the row that ran it
         if skewed:
             found.append(f"{col} ({', '.join(skewed)})")
     if not found:

@@ -548,7 +548,8 @@ def test_a_reader_that_answers_by_position_is_reported_even_when_its_letters_dif
     name = ROWS[0]["name"]
     text = markdown(m, {name: {"World": Cell(ours=20.0, status="measured", skew=answer_skew(run))}}, "miniature")
     assert f"World ({name}: the last option 19/21)." in text
-    again = replace(answer := Cell(ours=20.0, status="measured", skew=answer_skew(run)), same_as=name)
+    answer = Cell(ours=20.0, status="measured", skew=answer_skew(run))
+    again = replace(answer, same_as=name)
     two = load_manifest(manifest(tmp_path, ROWS[:2]))
     text = markdown(two, {name: {"World": answer}, ROWS[1]["name"]: {"World": again}}, "miniature")
     assert f"World ({name}: the last option 19/21)." in text  # the row that is its run is not named twice

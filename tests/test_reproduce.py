@@ -553,6 +553,10 @@ def test_a_reader_that_answers_by_position_is_reported_even_when_its_letters_dif
     two = load_manifest(manifest(tmp_path, ROWS[:2]))
     text = markdown(two, {name: {"World": answer}, ROWS[1]["name"]: {"World": again}}, "miniature")
     assert f"World ({name}: the last option 19/21)." in text  # the row that is its run is not named twice
+    noted = replace(answer, other_code="computed by other code (outside git): the package's source differs")
+    text = " ".join(markdown(two, {name: {"World": noted}, ROWS[1]["name"]: {"World": replace(noted, same_as=name)}},
+                             "miniature").split())
+    assert f"differs: {name} / World. Their config" in text  # nor among the cells other code computed
     mixed = [row(i, "ABCDE", "D") for i in range(6)] + [row(i, "ABCDE", "E") for i in range(6, 10)]
     (run / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in mixed))
     assert answer_skew(run) == ("D", 6, 10)  # the last option 4 times, D 6: the letter is what is reported
@@ -580,6 +584,13 @@ def test_each_row_is_paired_by_question_against_the_named_row_and_separated_pair
     assert "Paired by question: `Self-BioRAG` minus each row" in text
     assert "| BM25 | +75.0 +- 13.6 * |" in text  # 30 of 40 better: told apart
     assert "| Dense | +2.5 +- 4.9 |" in text  # one question: not told apart, no mark
+    # the paper puts BM25 20 points above Self-BioRAG: a separated pair the other way round is named, never hidden
+    assert ("Told apart in the paper's direction (the sign of its published difference): 0 cell(s); against it: "
+            "BM25 / World (+75.0, the paper's -20.0).") in " ".join(text.split())
+    data["rows"][0]["published"]["World"] = 60.0
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert "paper's direction (the sign of its published difference): 1 cell(s); against it: none." in " ".join(
+        markdown(load_manifest(path), cells, "miniature").split())
     cells["Dense"]["World"].same_as = "BM25"  # a row that is another row's run is listed once
     assert "| Dense |" not in markdown(m, cells, "miniature").split("Paired by question")[1]
     data["paired_against"] = "Nobody"
@@ -1128,7 +1139,8 @@ def test_a_kept_run_that_other_code_computed_is_named_in_the_log_and_the_report(
     """A run is kept when its config is today's, but a change to a metric or a pipeline leaves the config as it
     was: the kept run's code record (code.json) is compared with today's source, and a run computed by other code,
     or before runs recorded their code, is named where the researcher reads the table, with --rerun as the cure."""
-    from omnimed.tracking import CODE_FILE, code_version, other_code
+    from omnimed.tables.provenance import other_code
+    from omnimed.tracking import CODE_FILE, code_version
 
     path = manifest(tmp_path, [ROWS[0]])
     res = reproduce_cli(str(path), f"paths.root={tmp_path}", cwd=tmp_path)

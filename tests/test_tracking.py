@@ -3,6 +3,8 @@ config."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from omnimed.tracking import scrub_secrets, wandb_mode
@@ -87,3 +89,53 @@ def test_a_run_is_credited_to_the_code_it_started_with_not_to_an_edit_made_while
         assert tracking.source_digest() != started["source"]
     finally:
         tracking._code_version.cache_clear()
+
+
+def test_the_code_a_run_depends_on_is_what_an_evaluation_process_imports():
+    """A table names the cells that other code computed. Only the files an ``omnimed-evaluate`` process can import
+    are that code: every omnimed module an evaluation imports, with each method, task, backend and knowledge
+    source loaded, is among them, and the report writers and training are not."""
+    import subprocess
+    import sys
+
+    from omnimed.tables.provenance import run_code_files
+    from omnimed.tracking import PACKAGE
+
+    probe = (
+        "import sys\n"
+        "import omnimed.cli.evaluate\n"
+        "from omnimed.methods.registry import get_method, method_names\n"
+        "from omnimed.evaluation.tasks import EVAL_TASKS\n"
+        "import omnimed.generation.factory, omnimed.knowledge, omnimed.evaluation.runner\n"
+        "[get_method(name) for name in method_names()]\n"
+        "print('\\n'.join(m.__file__ for name, m in list(sys.modules.items())\n"
+        "                 if name.startswith('omnimed') and getattr(m, '__file__', None)))\n")
+    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    imported = {Path(f).resolve().relative_to(PACKAGE).as_posix() for f in res.stdout.split()}
+    files = run_code_files()
+    assert len(imported) > 50 and imported <= files, sorted(imported - files)
+    assert {"cli/evaluate.py", "methods/registry.py", "evaluation/runner.py", "tracking.py"} <= files
+    assert not {f for f in files if f.startswith(("tables/", "training/", "bench/"))}
+    assert "cli/reproduce.py" not in files and "cli/train.py" not in files
+
+
+def test_a_run_is_named_as_other_code_only_where_code_it_imports_changed(monkeypatch):
+    """Report-writing and training changes leave a finished run's numbers as they were, so a table does not name
+    its cells as computed by other code for them; a change to a method names the method's file; a run recorded
+    with uncommitted changes cannot say what they were, so it stays named."""
+    from omnimed.tables import provenance
+
+    saved = {"source": "0" * 64, "commit": "a" * 40, "dirty": False}
+    monkeypatch.setattr(provenance, "_changed_files", lambda commit: ("tables/report.py", "training/sft.py"))
+    assert provenance.code_difference(saved) is None
+    assert provenance.code_difference({**saved, "dirty": True}) == (
+        f"computed by other code (at commit {'a' * 10} with uncommitted changes): the package's source differs "
+        "from today's")
+    monkeypatch.setattr(provenance, "_changed_files",
+                        lambda commit: ("tables/report.py", "methods/baselines/query2doc.py"))
+    assert provenance.code_difference(saved) == (
+        f"computed by other code (at commit {'a' * 10}); changed since in src/omnimed: methods/baselines/query2doc.py")
+    monkeypatch.setattr(provenance, "_changed_files", lambda commit: None)  # git cannot say: named
+    assert provenance.code_difference(saved) == (
+        f"computed by other code (at commit {'a' * 10}): the package's source differs from today's")

@@ -11,13 +11,11 @@ read back with ``wandb leet inspect --json RUN.wandb`` or synced later with ``wa
 
 from __future__ import annotations
 
-import json
 import netrc
 import os
 import re
 import subprocess
 import sys
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -83,49 +81,6 @@ def code_version() -> dict[str, Any]:
 @lru_cache(maxsize=1)
 def _code_version() -> dict[str, Any]:
     return {"source": files_digest(PACKAGE, PACKAGE.rglob("*.py")), **git_state(PACKAGE)}
-
-
-@lru_cache(maxsize=32)
-def _changed_files(commit: str) -> tuple[str, ...] | None:
-    """The package's files that differ between ``commit`` and the working tree, None when git cannot say."""
-    try:
-        res = subprocess.run(["git", "diff", "--name-only", "--relative", commit, "--", "."], cwd=PACKAGE,
-                             capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return tuple(res.stdout.split()) if res.returncode == 0 else None
-
-
-def other_code(run_dir: Path) -> str | None:
-    """None when the run in ``run_dir`` was computed by today's code; otherwise one line saying what differs: the
-    commit it ran at and the package files changed since, or that it predates the record."""
-    path = run_dir / CODE_FILE
-    if not path.is_file():
-        return code_difference(None)
-    try:
-        saved: Any = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        return f"computed by unknown code ({path} unreadable: {exc})"
-    return code_difference(saved, str(path))
-
-
-def code_difference(saved: Any, where: str = CODE_FILE) -> str | None:
-    """:func:`other_code` for a run's :data:`CODE_FILE` record already read (``saved``; None: the run has none),
-    e.g. one kept in a table's stored cells after its run folder is gone."""
-    if saved is None:
-        return "computed before runs recorded their code (no code.json; today's code may differ)"
-    if not isinstance(saved, Mapping):
-        return f"computed by unknown code ({where} holds no JSON object)"
-    if saved.get("source") == source_digest():
-        return None
-    commit = saved.get("commit")
-    at = f"at commit {commit[:10]}{' with uncommitted changes' if saved.get('dirty') else ''}" if commit else \
-        "outside git"
-    files = _changed_files(commit) if commit else None
-    if not files:
-        return f"computed by other code ({at}): the package's source differs from today's"
-    shown = ", ".join(files[:6]) + (f" and {len(files) - 6} more" if len(files) > 6 else "")
-    return f"computed by other code ({at}); changed since in src/omnimed: {shown}"
 
 
 def scrub_secrets(obj: Any) -> Any:

@@ -34,7 +34,7 @@ class Cell:
     same_as: str = ""  # the row whose run this cell is (the two rows compose to the same config at this preset)
     # the answer (or option position) given most often, to how many, of how many predictions
     skew: Optional[tuple[str, int, int]] = None
-    other_code: str = ""  # set when the run was computed by other code than today's (omnimed.tracking.other_code)
+    other_code: str = ""  # set when the run was computed by other code than today's (omnimed.tables.provenance.other_code)
     stored: str = ""  # the day its run finished, when read from the table's stored cells (omnimed.tables.stored)
 
 
@@ -174,11 +174,12 @@ def skew_lines(manifest: TableManifest, cells: dict[str, dict[str, Cell]]) -> li
 
 def other_code_lines(manifest: TableManifest, cells: dict[str, dict[str, Cell]]) -> list[str]:
     """The cells read from runs that other code than today's computed (a run kept from before a change), grouped by
-    what differs: their config is today's, their code may not be."""
+    what differs: their config is today's, their code may not be. A row that is another row's run is named once,
+    under the row that ran it."""
     found: dict[str, list[str]] = {}
     for row in manifest.rows:
         for col in manifest.columns:
-            if (c := cells.get(row.name, {}).get(col)) and c.other_code:
+            if (c := cells.get(row.name, {}).get(col)) and c.other_code and not c.same_as:
                 found.setdefault(c.other_code, []).append(f"{row.name} / {col}")
     return [line for note, where in found.items() for line in (
         "", f"Read from runs {note}: {', '.join(where)}. Their config is today's; `--rerun` computes them with "
@@ -204,14 +205,16 @@ def stored_lines(manifest: TableManifest, cells: dict[str, dict[str, Cell]]) -> 
 
 def paired_lines(manifest: TableManifest, cells: dict[str, dict[str, Cell]]) -> list[str]:
     """Every other row's paired (by question) difference from the ``paired_against`` row, per column, on the
-    paper's scale: what tells a reader which of the method's gains this run separates. A row whose run is another
-    row's is listed once, under the row that ran it."""
+    paper's scale: what tells a reader which of the method's gains this run separates, and, where the run separates
+    two rows, whether it is in the paper's direction (the sign of the published difference). A row whose run is
+    another row's is listed once, under the row that ran it."""
     ref_name = manifest.paired_against
     ref = cells.get(ref_name or "", {})
     if not ref_name or not any(c.outcomes for c in ref.values()):
         return []
     own = next((c.same_as for c in ref.values() if c.same_as), ref_name)
-    body = []
+    published = next(r.published for r in manifest.rows if r.name == ref_name)
+    body, along, against = [], 0, []
     for row in manifest.rows:
         mine = cells.get(row.name, {})
         if row.name == ref_name or any(c.same_as for c in mine.values()) or own == row.name:
@@ -226,13 +229,22 @@ def paired_lines(manifest: TableManifest, cells: dict[str, dict[str, Cell]]) -> 
             mean, half, _ = (x * manifest.scale_for(col) for x in found)
             d = manifest.digits_for(col)
             parts.append(f"{mean:+.{d}f} +- {half:.{d}f}" + (" *" if abs(mean) > half else ""))
+            mine_p, ref_p = row.published.get(col), published.get(col)
+            paper = ref_p - mine_p if mine_p is not None and ref_p is not None else 0
+            if abs(mean) > half and paper:
+                if (mean > 0) == (paper > 0):
+                    along += 1
+                else:
+                    against.append(f"{row.name} / {col} ({mean:+.{d}f}, the paper's {paper:+.{d}f})")
         if any(p != "n/a" for p in parts):
             body.append(f"| {row.name} | " + " | ".join(parts) + " |")
     if not body:
         return []
     return ["", f"Paired by question: `{ref_name}` minus each row (mean difference +- its 95% half-width, 1.96 sd / "
                 "sqrt(n), on the paper's scale; * where the interval excludes 0, i.e. the two rows are told apart).",
-            "", "| row | " + " | ".join(manifest.columns) + " |", "|---|" + "---|" * len(manifest.columns), *body]
+            "", "| row | " + " | ".join(manifest.columns) + " |", "|---|" + "---|" * len(manifest.columns), *body,
+            "", f"Told apart in the paper's direction (the sign of its published difference): {along} cell(s); "
+                f"against it: {'; '.join(against) if against else 'none'}."]
 
 
 def metric_line(manifest: TableManifest) -> str:

@@ -57,8 +57,8 @@ from omnimed.tables.seeds import (
     seed_tag,
     stored_seed_cells,
 )
+from omnimed.tables.provenance import other_code
 from omnimed.tables.stored import load_store, store_path, stored_cells, stored_run, write_store
-from omnimed.tracking import other_code
 
 MINIATURE = "miniature"
 DEFAULT_LAUNCHER = "basic"

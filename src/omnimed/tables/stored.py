@@ -23,9 +23,10 @@ from typing import Any
 
 from omnimed.data.artifacts import atomic_path
 from omnimed.tables.manifest import ManifestError
+from omnimed.tables.provenance import code_difference
 from omnimed.tables.report import Cell, stored_name
 from omnimed.tables.resume import saved_config
-from omnimed.tracking import CODE_FILE, code_difference
+from omnimed.tracking import CODE_FILE
 
 #: the Cell fields a stored run keeps per column (run_dir, same_as and other_code describe this disk's reading)
 KEPT_FIELDS = ("ours", "low", "high", "n", "status", "outcomes", "skew")

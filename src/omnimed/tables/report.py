@@ -34,7 +34,8 @@ class Cell:
     same_as: str = ""  # the row whose run this cell is (the two rows compose to the same config at this preset)
     # the answer (or option position) given most often, to how many, of how many predictions
     skew: Optional[tuple[str, int, int]] = None
-    other_code: str = ""  # set when the run was computed by other code than today's (omnimed.tables.provenance.other_code)
+    # set when the run was computed by other code than today's (omnimed.tables.provenance.other_code)
+    other_code: str = ""
     stored: str = ""  # the day its run finished, when read from the table's stored cells (omnimed.tables.stored)
 
 

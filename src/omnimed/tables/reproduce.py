@@ -39,6 +39,7 @@ from omnimed.tables.prepared import (
     steps_for_rows,
     validate_prepare,
 )
+from omnimed.tables.provenance import other_code
 from omnimed.tables.report import Cell, Detectable, fill_averages, stored_name, write_report
 from omnimed.tables.resume import (
     compose_run,
@@ -57,7 +58,6 @@ from omnimed.tables.seeds import (
     seed_tag,
     stored_seed_cells,
 )
-from omnimed.tables.provenance import other_code
 from omnimed.tables.stored import load_store, store_path, stored_cells, stored_run, write_store
 
 MINIATURE = "miniature"

@@ -890,6 +890,13 @@ def test_columns_run_only_the_named_cells_of_the_rows_that_run(tmp_path):
         ("BM25", "Diagnosis"): "not run yet: not among the columns asked for"}
     assert (runs / "dense" / "world_diagnosis" / "metrics.json").stat().st_mtime_ns == diagnosis  # kept
     assert not (runs / "bm25" / "world_diagnosis").exists()
+    shutil.rmtree(runs / "dense" / "world")  # another disk: one column's folder is here, the other's is stored
+    res = reproduce_cli(str(path), "--columns", "Diagnosis", "--rows", "Dense", f"paths.root={tmp_path}",
+                        cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "world: read from table1.cells.json.gz, where" in " ".join((res.stdout + res.stderr).split())
+    assert table()[("Dense", "World")]["run_dir"] == "stored in table1.cells.json.gz"
+    assert (runs / "dense" / "world_diagnosis" / "metrics.json").stat().st_mtime_ns == diagnosis
     res = reproduce_cli(str(path), "--columns", "World,Nope", f"paths.root={tmp_path}", cwd=tmp_path)
     assert res.returncode == 2
     assert "--columns names columns the table does not have: ['Nope']; its columns: ['World', 'Diagnosis']" in (

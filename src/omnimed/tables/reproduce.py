@@ -403,9 +403,9 @@ def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_d
                 lambda key: run_overrides(plan, manifest, runs_dir, launcher, key, folder=folder, column=extra),
                 resume_after[plan.row.name]))
             for key, (run_dir, when) in done.items():
-                where = "" if run_dir == runs_dir / plan.slug / folder / key else f" in {run_dir}"
+                elsewhere = "" if run_dir == runs_dir / plan.slug / folder / key else f" in {run_dir}"
                 log(f"  {key}{' (' + folder + ')' if folder else ''}: kept, the run that finished "
-                    f"{datetime.fromtimestamp(when):%Y-%m-%d %H:%M}{where} computes what this one would "
+                    f"{datetime.fromtimestamp(when):%Y-%m-%d %H:%M}{elsewhere} computes what this one would "
                     "(--rerun runs it again)" + (f"; but it was {note}" if (note := other_code(run_dir)) else ""))
             if dry_run:  # what a real run would keep is shown; nothing runs
                 continue

@@ -93,8 +93,8 @@ def test_a_run_is_credited_to_the_code_it_started_with_not_to_an_edit_made_while
 
 def test_the_code_a_run_depends_on_is_what_an_evaluation_process_imports():
     """A table names the cells that other code computed. Only the files an ``omnimed-evaluate`` process can import
-    are that code: every omnimed module an evaluation imports, with each method, task, backend and knowledge
-    source loaded, is among them, and the report writers and training are not."""
+    are that code: every omnimed module loaded by the evaluate CLI with every registered method and task is among
+    them, and the report writers, training and the benchmarks are not."""
     import subprocess
     import sys
 
@@ -105,7 +105,7 @@ def test_the_code_a_run_depends_on_is_what_an_evaluation_process_imports():
         "import sys\n"
         "import omnimed.cli.evaluate\n"
         "from omnimed.methods.registry import get_method, method_names\n"
-        "from omnimed.evaluation.tasks import EVAL_TASKS\n"
+        "import omnimed.evaluation.tasks\n"
         "import omnimed.generation.factory, omnimed.knowledge, omnimed.evaluation.runner\n"
         "[get_method(name) for name in method_names()]\n"
         "print('\\n'.join(m.__file__ for name, m in list(sys.modules.items())\n"

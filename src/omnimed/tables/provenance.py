@@ -39,7 +39,7 @@ def run_code_files() -> frozenset[str]:
     ``cli`` is taken whole once reached, since its registries import their members by name. The package map
     (ARCHITECTURE.md) keeps the report writers of ``tables/``, training, the benchmarks and the other CLIs out of
     it, so a change there cannot alter a finished run's numbers."""
-    todo, seen = [PACKAGE / RUN_ENTRY, PACKAGE / "__init__.py"], set()
+    todo, seen, whole = [PACKAGE / RUN_ENTRY, PACKAGE / "__init__.py"], set(), set()
     while todo:
         path = todo.pop()
         if path in seen or not path.is_file():
@@ -53,7 +53,9 @@ def run_code_files() -> frozenset[str]:
             for parts in (n.split(".") for n in names if n.startswith("omnimed.")):
                 top = PACKAGE / parts[1]
                 if top.is_dir() and parts[1] != "cli":
-                    todo += top.rglob("*.py")
+                    if parts[1] not in whole:  # listed once, however many of its imports are met
+                        whole.add(parts[1])
+                        todo += top.rglob("*.py")
                 else:
                     module = PACKAGE.joinpath(*parts[1:])
                     todo += [module.with_suffix(".py"), module / "__init__.py", top / "__init__.py"]

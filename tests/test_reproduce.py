@@ -904,6 +904,34 @@ def test_columns_run_only_the_named_cells_of_the_rows_that_run(tmp_path):
     assert reproduce_cli(str(path), "--columns", "World", "--finished", cwd=tmp_path).returncode == 2
 
 
+def test_a_long_reason_is_written_once_under_the_markdown_table_and_in_full_in_every_csv_cell(tmp_path):
+    """Table 4's Reflexion and SeRTS rows give a 300-character reason in each of their 24 cells, which made the
+    Markdown table unreadable: a long reason given in several cells is numbered and written once under the table,
+    each cell saying its kind and its note; a short one, or one given once, stays in its cell; the CSV keeps every
+    reason in every cell."""
+    from omnimed.tables.report import NOTE_AFTER_CHARS, Cell, markdown, write_report
+
+    path = manifest(tmp_path, [{**ROWS[0], "published": {"World": 90.0, "Book": 70.0}},
+                               {**ROWS[1], "published": {"World": 80.0, "Book": 60.0}}])
+    data = yaml.safe_load(path.read_text())
+    data["columns"] = ["World", "Book"]
+    data["datasets"] = {p: {"World": "world", "Book": "world"} for p in ("miniature", "paper")}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    m = load_manifest(path)
+    long = "not run at miniature: " + "every plan and review runs to the token budget, " * 3 + "days a column"
+    assert len(long) > NOTE_AFTER_CHARS
+    cells = {"BM25": {"World": Cell(status=long), "Book": Cell(status=long)},
+             "Dense": {"World": Cell(ours=40.0, status="measured"), "Book": Cell(status="failed: " + long)}}
+    text = markdown(m, cells, "miniature")
+    assert text.count(long) == 2 and "\n1. " + long in text
+    assert "| BM25 | retrieval | not run at miniature (note 1) / 90.0 | not run at miniature (note 1) / 70.0 |" in text
+    assert f"failed: {long} / 60.0" in text and "\n2. " not in text
+    out = tmp_path / "out"
+    write_report(m, cells, out, "miniature")
+    rows = list(csv.DictReader((out / "table1.csv").open()))
+    assert [r["status"] for r in rows if r["row"] == "BM25"] == [long, long]
+
+
 def test_a_row_too_costly_at_a_preset_states_why_and_still_runs_when_asked_for(tmp_path):
     """Table 4's SeRTS loop takes days a column on CPU: its manifest says so at ``miniature``, a whole-table run
     leaves it out with that reason in its cells (and still logs the table), ``--rows`` runs it anyway, and the next

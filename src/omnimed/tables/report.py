@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections import Counter
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
@@ -77,8 +78,23 @@ def paper_effects(manifest: TableManifest) -> dict[str, tuple[float, float]]:
     return out
 
 
+#: an unmeasured cell's reason longer than this, given in more than one cell, is written once under the Markdown
+#: table, each cell naming its note
+NOTE_AFTER_CHARS = 80
+
+
 def _fmt(x: Optional[float], digits: int = 1) -> str:
     return "" if x is None else f"{x:.{digits}f}"
+
+
+def _short(status: str, notes: dict[str, int], repeated: set[str]) -> str:
+    """A cell's reason as the Markdown table shows it: in full, or, when long and ``repeated``, its kind (what stands
+    before the first colon) and the number of the note under the table that gives it (the CSV keeps every reason in
+    every cell)."""
+    if len(status) <= NOTE_AFTER_CHARS or status not in repeated:
+        return status
+    number = notes.setdefault(status, len(notes) + 1)
+    return f"{status.split(':', 1)[0]} (note {number})"
 
 
 def table_rows(manifest: TableManifest, cells: dict[str, dict[str, Cell]],
@@ -258,9 +274,10 @@ def metric_line(manifest: TableManifest) -> str:
 
 def markdown(manifest: TableManifest, cells: dict[str, dict[str, Cell]], preset: str,
              detectable: Detectable | None = None, spread: dict | None = None) -> str:
-    """Ours / paper / delta per column, intervals in brackets; rows we could not run say why; under the rows, the
-    smallest difference each accuracy column can detect and the paper's effects; each row's paired difference from
-    the ``paired_against`` row; then the cells' spread over training seeds, where one was measured."""
+    """Ours / paper / delta per column, intervals in brackets; rows we could not run say why (a long reason given in
+    several cells once, in a numbered note under the table); under the rows, the smallest difference each accuracy
+    column can detect and the paper's effects; each row's paired difference from the ``paired_against`` row; then
+    the cells' spread over training seeds, where one was measured."""
     lines = [
         f"# {manifest.paper} {manifest.table}: {manifest.title}",
         "",
@@ -271,6 +288,9 @@ def markdown(manifest: TableManifest, cells: dict[str, dict[str, Cell]], preset:
             f"{c} ({holds})" if (holds := column_holds(manifest, preset, c)) else c for c in manifest.columns) + " |",
         "|---|---|" + "---|" * len(manifest.columns),
     ]
+    reasons = Counter(c.status for row in cells.values() for c in row.values() if c.ours is None)
+    repeated = {status for status, n in reasons.items() if n > 1}
+    notes: dict[str, int] = {}
     for row in manifest.rows:
         parts = []
         for col in manifest.columns:
@@ -279,7 +299,7 @@ def markdown(manifest: TableManifest, cells: dict[str, dict[str, Cell]], preset:
             paper_s = _fmt(paper, d) or "-"
             if cell is None or cell.ours is None:
                 status = cell.status if cell else (row.status if row.status != "runnable" else "not run")
-                parts.append(f"{status} / {paper_s}")
+                parts.append(f"{_short(status, notes, repeated)} / {paper_s}")
                 continue
             ci = f" [{_fmt(cell.low, d)}, {_fmt(cell.high, d)}]" if cell.low is not None else ""
             delta = f" ({cell.ours - paper:+.{d}f})" if paper is not None else ""
@@ -302,6 +322,9 @@ def markdown(manifest: TableManifest, cells: dict[str, dict[str, Cell]], preset:
         if alike := [c for c in manifest.columns if c in detectable and detectable[c][0] == 0]:
             lines.append(f"Every row has the same outcome on every question of: {', '.join(alike)}; there the run "
                          "tells no two rows apart, whatever their true difference (the 0 above is not a resolution).")
+    if notes:
+        lines += ["", "Cells not measured, why (each reason once; the CSV's `status` gives it in every cell):"]
+        lines += [f"{number}. {status}" for status, number in notes.items()]
     lines += skew_lines(manifest, cells)
     lines += other_code_lines(manifest, cells)
     lines += stored_lines(manifest, cells)

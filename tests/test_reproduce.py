@@ -672,6 +672,60 @@ def test_training_seeds_train_each_seed_once_and_the_table_states_the_spread(tmp
         main([str(path), "--training-seeds", "zero"])
 
 
+def test_a_recipe_pinned_to_a_seed_keeps_that_seed_whatever_seed_the_table_trains_with(tmp_path):
+    """`{recipe: ..., seed: 0}` takes a recipe's steps at seed 0 at every training seed (a row that compares the
+    run's seed's model with seed 0's needs both), beside the same recipe at the run's seed; a malformed entry names
+    the manifest and the entry."""
+    from omnimed.tables.reproduce import for_training_seed
+
+    path = manifest(tmp_path, ROWS[:1])
+    (path.parent / "recipes").mkdir()
+    (path.parent / "recipes" / "world.yaml").write_text(yaml.safe_dump([{
+        "name": "seeded world", "command": ["omnimed-data", "world", "seed={train_seed}", "out=builds/w{seed_tag}"],
+        "creates": "builds/w{seed_tag}/manifest.json"}]))
+    data = yaml.safe_load(path.read_text())
+    data["prepare"] = {"miniature": ["recipes/world.yaml", {"recipe": "recipes/world.yaml", "seed": 0}]}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    steps = for_training_seed(load_manifest(path), 3).prepare["miniature"]
+    assert [(s.name, s.command[2], s.creates) for s in steps] == [
+        ("seeded world", "seed=3", "builds/w-seed3/manifest.json"),
+        ("seeded world at seed 0", "seed=0", "builds/w/manifest.json")]
+    data["prepare"] = {"miniature": [{"recipe": "recipes/world.yaml", "seed": "zero"}]}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(ManifestError, match=r"table1\.yaml: prepare\.miniature\.0: a pinned recipe is"):
+        load_manifest(path)
+
+
+def test_the_spread_pairs_each_row_with_the_reference_at_every_seed_and_keeps_the_pairs_of_stored_seeds(tmp_path):
+    """Rows that coincide at the default seed (a trained part swapped for its seed-0 version) differ only at later
+    seeds: the spread records each row's paired difference from `paired_against` per seed, states it under the
+    spread, and keeps a stored seed's pairs when that seed is read back without its predictions."""
+    from omnimed.tables.report import Cell, spread_lines
+    from omnimed.tables.seeds import seed_spread
+
+    path = manifest(tmp_path, [{**ROWS[0], "name": "both at 0"}, {**ROWS[0], "name": "part at the seed"}])
+    data = yaml.safe_load(path.read_text())
+    data["paired_against"] = "both at 0"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    m = load_manifest(path)
+
+    def cell(right: int, n: int = 100) -> Cell:
+        return Cell(ours=100 * right / n, status="measured", outcomes={f"q{i}": i < right for i in range(n)})
+
+    per_seed = {0: {"both at 0": {"World": cell(80)}, "part at the seed": {"World": cell(80)}},
+                1: {"both at 0": {"World": cell(80)}, "part at the seed": {"World": cell(60)}}}
+    spread = seed_spread(m, per_seed, "miniature")
+    zero, one = spread["paired"]["part at the seed"]["World"]
+    assert zero == [0.0, 0.0]
+    assert one[0] == pytest.approx(20.0) and one[1] == pytest.approx(100 * 1.959964 * (16 / 99) ** 0.5 / 10)
+    text = "\n".join(spread_lines(m, spread))
+    assert "| part at the seed | 0: +0.0 +- 0.0; 1: +20.0 +- 7.9 * |" in text
+    # seed 1 read back from the stored spread (no outcomes), seed 2 measured now
+    stored = {name: {"World": Cell(ours=c["World"].ours, status="measured")} for name, c in per_seed[1].items()}
+    again = seed_spread(m, {0: per_seed[0], 1: stored, 2: per_seed[0]}, "miniature", previous=spread)
+    assert again["paired"]["part at the seed"]["World"] == [[0.0, 0.0], one, [0.0, 0.0]]
+
+
 def test_a_stored_seed_spread_is_not_stated_for_a_row_whose_definition_changed_since(tmp_path):
     """A spread over training seeds describes the rows as they were defined when it was measured: once a row's
     overrides (or the prepare steps it reads) change, a later single-seed run states no spread for it, and says so;

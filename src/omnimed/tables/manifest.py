@@ -29,6 +29,19 @@ EXTERNAL = "external"
 AVERAGE = "average"
 #: the console scripts a prepare step may run
 PREPARE_COMMANDS: frozenset[str] = frozenset({"omnimed-build", "omnimed-train", "omnimed-index", "omnimed-data"})
+DEFAULT_TRAINING_SEED = 0  # conf/train.yaml's seed: what a table trains with unless --training-seeds says otherwise
+SEED_FIELD, SEED_TAG_FIELD = "{train_seed}", "{seed_tag}"  # template fields a manifest or recipe may use
+
+
+def seed_tag(seed: int) -> str:
+    """The suffix of what is trained with ``seed``: none for the default seed, so a table's usual run and its
+    seed-spread run share that seed's models."""
+    return "" if seed == DEFAULT_TRAINING_SEED else f"-seed{seed}"
+
+
+def fill_seed(text: str, seed: int) -> str:
+    """``text`` with ``{train_seed}`` and ``{seed_tag}`` filled in for ``seed``."""
+    return text.replace(SEED_FIELD, str(seed)).replace(SEED_TAG_FIELD, seed_tag(seed))
 
 
 def runnable_methods() -> frozenset[str]:
@@ -264,23 +277,38 @@ def load_manifest(path: str | Path) -> TableManifest:
 
 def _expand_recipes(raw: dict, path: Path) -> None:
     """A ``prepare`` entry that is a string names a YAML file (relative to the manifest) holding a list of steps,
-    so tables that share a training recipe name it once."""
+    so tables that share a training recipe name it once. An entry ``{recipe: <file>, seed: N}`` takes the recipe's
+    steps at training seed N whatever seed the table runs at (a row that compares a trained part at the run's seed
+    with the same part at seed 0 needs both), each step's name ending in " at seed N"."""
     if not isinstance(raw, dict) or not isinstance(raw.get("prepare"), dict):
         return
     for preset, items in raw["prepare"].items():
         steps = []
-        for item in items or []:
+        for i, item in enumerate(items or []):
             if isinstance(item, str):
-                recipe = path.parent / item
-                if not recipe.is_file():
-                    raise ManifestError(f"{path}: prepare.{preset}: recipe {item!r} not found ({recipe})")
-                loaded = yaml.safe_load(recipe.read_text())
-                if not isinstance(loaded, list):
-                    raise ManifestError(f"{recipe}: a recipe is a list of prepare steps")
-                steps.extend(loaded)
+                steps.extend(_read_recipe(path, f"prepare.{preset}", item))
+            elif isinstance(item, dict) and "recipe" in item:
+                where = f"prepare.{preset}.{i}"
+                if set(item) != {"recipe", "seed"} or not isinstance(item["seed"], int) or item["seed"] < 0:
+                    raise ManifestError(f"{path}: {where}: a pinned recipe is {{recipe: <file>, seed: <seed >= 0>}}, "
+                                        f"got {item!r}")
+                seed = item["seed"]
+                pinned = yaml.safe_load(fill_seed(yaml.safe_dump(_read_recipe(path, where, item["recipe"])), seed))
+                steps.extend({**step, "name": f"{step.get('name')} at seed {seed}"} if isinstance(step, dict) else step
+                             for step in pinned)
             else:
                 steps.append(item)
         raw["prepare"][preset] = steps
+
+
+def _read_recipe(path: Path, where: str, item: object) -> list:
+    recipe = path.parent / str(item)
+    if not recipe.is_file():
+        raise ManifestError(f"{path}: {where}: recipe {item!r} not found ({recipe})")
+    loaded = yaml.safe_load(recipe.read_text())
+    if not isinstance(loaded, list):
+        raise ManifestError(f"{recipe}: a recipe is a list of prepare steps")
+    return loaded
 
 
 def find_manifests(root: str | Path = "experiments") -> list[Path]:

@@ -161,6 +161,7 @@ def spread_lines(manifest: TableManifest, spread: dict) -> list[str]:
                  "|---|" + "---|" * len(manifest.columns), *body]
     else:  # every seed-dependent row changed since: no table of spreads to title
         lines = ["", f"{head}): no row of this table states one."]
+    lines += seed_paired_lines(manifest, spread)
     if once:
         lines += ["", f"Run once for all seeds (they read nothing trained with the seed): {', '.join(once)}."]
     changed = spread.get("changed", [])
@@ -169,6 +170,29 @@ def spread_lines(manifest: TableManifest, spread: dict) -> list[str]:
                   "spread was measured (its overrides, the preset or the prepare steps changed); `--training-seeds` "
                   "measures it again."]
     return lines
+
+
+def seed_paired_lines(manifest: TableManifest, spread: dict) -> list[str]:
+    """Each row's paired difference from the ``paired_against`` row at every training seed (``paired`` of
+    ``seed_spread``): where rows differ only at later seeds (a trained part swapped for its seed-0 version), the
+    default seed's table cannot tell them apart and this one can."""
+    paired, ref = spread.get("paired") or {}, manifest.paired_against
+    body = []
+    for row in manifest.rows:
+        if row.name == ref or row.name not in paired:
+            continue
+        parts = []
+        for col in manifest.columns:
+            d = manifest.digits_for(col)
+            per = [f"{seed}: " + (f"{p[0]:+.{d}f} +- {p[1]:.{d}f}" + (" *" if abs(p[0]) > p[1] else "") if p else "n/a")
+                   for seed, p in zip(spread["seeds"], paired[row.name].get(col, []))]
+            parts.append("; ".join(per) or "n/a")
+        body.append(f"| {row.name} | " + " | ".join(parts) + " |")
+    if not body:
+        return []
+    return ["", f"Paired by question at each training seed (seed: `{ref}` minus the row, +- its 95% half-width; * "
+                "where the two are told apart):", "", "| row | " + " | ".join(manifest.columns) + " |",
+            "|---|" + "---|" * len(manifest.columns), *body]
 
 
 def skew_lines(manifest: TableManifest, cells: dict[str, dict[str, Cell]]) -> list[str]:
@@ -220,6 +244,16 @@ def stored_lines(manifest: TableManifest, cells: dict[str, dict[str, Cell]]) -> 
                  "recomputes them.")]
 
 
+def paired_cell(manifest: TableManifest, column: str, ref: Cell | None, cell: Cell | None
+                ) -> tuple[float, float] | None:
+    """``(mean, half-width)`` of ``ref`` minus ``cell`` paired by question, on the column's scale; None where
+    either lacks its per-question outcomes."""
+    found = paired_difference(ref.outcomes, cell.outcomes) if ref and cell and ref.outcomes and cell.outcomes else None
+    if found is None:
+        return None
+    return found[0] * manifest.scale_for(column), found[1] * manifest.scale_for(column)
+
+
 def paired_lines(manifest: TableManifest, cells: dict[str, dict[str, Cell]]) -> list[str]:
     """Every other row's paired (by question) difference from the ``paired_against`` row, per column, on the
     paper's scale: what tells a reader which of the method's gains this run separates, and, where the run separates
@@ -238,12 +272,11 @@ def paired_lines(manifest: TableManifest, cells: dict[str, dict[str, Cell]]) -> 
             continue
         parts = []
         for col in manifest.columns:
-            a, b = ref.get(col), mine.get(col)
-            found = paired_difference(a.outcomes, b.outcomes) if a and b and a.outcomes and b.outcomes else None
+            found = paired_cell(manifest, col, ref.get(col), mine.get(col))
             if found is None:
                 parts.append("n/a")
                 continue
-            mean, half, _ = (x * manifest.scale_for(col) for x in found)
+            mean, half = found
             d = manifest.digits_for(col)
             parts.append(f"{mean:+.{d}f} +- {half:.{d}f}" + (" *" if abs(mean) > half else ""))
             mine_p, ref_p = row.published.get(col), published.get(col)

@@ -24,11 +24,13 @@ from omnimed.evaluation.runner import FAILED_FILE, UNDEFINED_FILE
 from omnimed.tables.detectable import answer_skew, detectable_difference, question_outcomes
 from omnimed.tables.manifest import (
     AVERAGE,
+    DEFAULT_TRAINING_SEED,
     ManifestError,
     Row,
     TableManifest,
     eval_tasks,
     runnable_methods,
+    seed_tag,
 )
 from omnimed.tables.prepared import (
     NOT_NEEDED,
@@ -49,13 +51,11 @@ from omnimed.tables.resume import (
     stored_runs_today,
 )
 from omnimed.tables.seeds import (
-    DEFAULT_TRAINING_SEED,
     for_training_seed,
     mark_seed_independent_runs,
     read_seed_spread,
     seed_independent_rows,
     seed_spread,
-    seed_tag,
     stored_seed_cells,
 )
 from omnimed.tables.stored import load_store, store_path, stored_cells, stored_run, write_store
@@ -517,8 +517,8 @@ def reproduce(
     plans_by_seed = {seed: plans for seed, (_, plans, _) in runs.items()}
     mark_seed_independent_runs(plans_by_seed)
     spread_file = out_dir / f"{manifest.table}.seeds.json"
-    stored = (stored_seed_cells(read_seed_spread(spread_file, manifest, preset), manifest, seeds, main)
-              if len(seeds) > 1 else {})
+    previous = read_seed_spread(spread_file, manifest, preset) if len(seeds) > 1 else None
+    stored = stored_seed_cells(previous, manifest, seeds, main)
     ran_once = seed_independent_rows(plans_by_seed)
     per_seed: dict[int, dict[str, dict[str, Cell]]] = dict(stored)
     cells_file = store_path(out_dir, manifest.table)
@@ -553,7 +553,8 @@ def reproduce(
                                        *((stored_runs, kept) if seed == main else (None, None)),
                                        set(columns) or None)
         if len(seeds) > 1 and not dry_run:  # each seed is kept as soon as it is measured, in the seeds' order
-            spread = seed_spread(manifest, {s: per_seed[s] for s in seeds if s in per_seed}, preset, ran_once)
+            spread = seed_spread(manifest, {s: per_seed[s] for s in seeds if s in per_seed}, preset, ran_once,
+                                 previous)
             out_dir.mkdir(parents=True, exist_ok=True)
             atomic_write_text(spread_file, json.dumps(spread, indent=1) + "\n")
     cells = per_seed[main]

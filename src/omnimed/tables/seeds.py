@@ -11,14 +11,11 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from omnimed.tables.manifest import TableManifest
-from omnimed.tables.report import Cell
+from omnimed.tables.manifest import TableManifest, fill_seed
+from omnimed.tables.report import Cell, paired_cell
 
 if TYPE_CHECKING:
     from omnimed.tables.reproduce import RowPlan
-
-DEFAULT_TRAINING_SEED = 0  # conf/train.yaml's seed: what a table trains with unless --training-seeds says otherwise
-SEED_FIELD, SEED_TAG_FIELD = "{train_seed}", "{seed_tag}"  # template fields a manifest or recipe may use
 
 
 def mark_seed_independent_runs(plans_by_seed: dict[int, list[RowPlan]]) -> None:
@@ -33,31 +30,41 @@ def mark_seed_independent_runs(plans_by_seed: dict[int, list[RowPlan]]) -> None:
                 plan.same_as_seed = earlier if earlier[0] != seed else None
 
 
-def seed_tag(seed: int) -> str:
-    """The suffix of what is trained with ``seed``: none for the default seed, so a table's usual run and its
-    seed-spread run share that seed's models."""
-    return "" if seed == DEFAULT_TRAINING_SEED else f"-seed{seed}"
-
-
 def for_training_seed(manifest: TableManifest, seed: int) -> TableManifest:
     """The manifest with ``{train_seed}`` and ``{seed_tag}`` filled in wherever they appear (a seeded recipe's
     command and ``creates``, the preset and row overrides that read its model), so one seed's training and the rows
     that read it use that seed's artifacts."""
-    text = manifest.model_dump_json().replace(SEED_FIELD, str(seed)).replace(SEED_TAG_FIELD, seed_tag(seed))
+    text = fill_seed(manifest.model_dump_json(), seed)
     return TableManifest.model_validate_json(text, context={"papers": {r.method for r in manifest.rows}})
 
 
 def seed_spread(manifest: TableManifest, per_seed: dict[int, dict[str, dict[str, Cell]]], preset: str,
-                ran_once: Sequence[str] = ()) -> dict:
+                ran_once: Sequence[str] = (), previous: dict | None = None) -> dict:
     """Our number per (row, column) for each training seed, for the record of how much trained rows move;
-    ``ran_once``: the rows that read nothing trained with the seed (run at the first seed only)."""
+    ``ran_once``: the rows that read nothing trained with the seed (run at the first seed only). With a
+    ``paired_against`` row, also each row's paired difference from it per seed (``paired``: [mean, half-width] or
+    None), taken from ``previous`` (the stored spread) for a seed read back without its per-question outcomes."""
     values = {row.name: {col: [per_seed[s].get(row.name, {}).get(col, Cell()).ours for s in per_seed]
                          for col in manifest.columns} for row in manifest.rows}
     failed = [s for s, rows in per_seed.items() if any(c.status.startswith("failed") for r in rows.values()
                                                         for c in r.values())]
-    return {"preset": preset, "seeds": list(per_seed), "measured": date.today().isoformat(), "values": values,
-            "ran_once": list(ran_once), "definitions": row_definitions(manifest, preset, ran_once),
-            "failed": failed}
+    out = {"preset": preset, "seeds": list(per_seed), "measured": date.today().isoformat(), "values": values,
+           "ran_once": list(ran_once), "definitions": row_definitions(manifest, preset, ran_once), "failed": failed}
+    if ref := manifest.paired_against:
+        before = (previous or {}).get("paired", {})
+        earlier = {seed: i for i, seed in enumerate((previous or {}).get("seeds", []))}
+
+        def pair(seed: int, row: str, col: str) -> list[float] | None:
+            cells = per_seed[seed]
+            found = paired_cell(manifest, col, cells.get(ref, {}).get(col), cells.get(row, {}).get(col))
+            if found is None and seed in earlier:
+                stored = before.get(row, {}).get(col, [])
+                return stored[earlier[seed]] if earlier[seed] < len(stored) else None
+            return list(found) if found else None
+
+        out["paired"] = {row.name: {col: [pair(s, row.name, col) for s in per_seed] for col in manifest.columns}
+                         for row in manifest.rows if row.name != ref}
+    return out
 
 
 def row_definitions(manifest: TableManifest, preset: str, ran_once: Sequence[str] = ()) -> dict[str, str]:
@@ -104,6 +111,8 @@ def read_seed_spread(path: Path, manifest: TableManifest, preset: str) -> dict |
     changed = [name for name in spread["values"] if name in now and name not in kept]  # rows since removed: dropped
     spread["values"] = {name: spread["values"][name] for name in kept}
     spread["ran_once"] = [name for name in spread.get("ran_once", []) if name in kept]
+    ref_kept = manifest.paired_against in kept  # a pair holds while both of its rows are defined as when measured
+    spread["paired"] = {name: v for name, v in spread.get("paired", {}).items() if ref_kept and name in kept}
     return {**spread, "changed": changed}
 
 

@@ -293,19 +293,21 @@ def _expand_recipes(raw: dict, path: Path) -> None:
                     raise ManifestError(f"{path}: {where}: a pinned recipe is {{recipe: <file>, seed: <seed >= 0>}}, "
                                         f"got {item!r}")
                 seed = item["seed"]
-                pinned = yaml.safe_load(fill_seed(yaml.safe_dump(_read_recipe(path, where, item["recipe"])), seed))
-                steps.extend({**step, "name": f"{step.get('name')} at seed {seed}"} if isinstance(step, dict) else step
-                             for step in pinned)
+                steps.extend({**step, "name": f"{step['name']} at seed {seed}"}
+                             if isinstance(step, dict) and "name" in step else step
+                             for step in _read_recipe(path, where, item["recipe"], seed))
             else:
                 steps.append(item)
         raw["prepare"][preset] = steps
 
 
-def _read_recipe(path: Path, where: str, item: object) -> list:
+def _read_recipe(path: Path, where: str, item: object, seed: int | None = None) -> list:
+    """The steps of the recipe ``item`` names, with its seed placeholders filled in for ``seed`` when one is given."""
     recipe = path.parent / str(item)
     if not recipe.is_file():
         raise ManifestError(f"{path}: {where}: recipe {item!r} not found ({recipe})")
-    loaded = yaml.safe_load(recipe.read_text())
+    text = recipe.read_text()
+    loaded = yaml.safe_load(text if seed is None else fill_seed(text, seed))
     if not isinstance(loaded, list):
         raise ManifestError(f"{recipe}: a recipe is a list of prepare steps")
     return loaded

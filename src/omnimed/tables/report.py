@@ -184,7 +184,7 @@ def seed_paired_lines(manifest: TableManifest, spread: dict) -> list[str]:
         parts = []
         for col in manifest.columns:
             d = manifest.digits_for(col)
-            per = [f"{seed}: " + (f"{p[0]:+.{d}f} +- {p[1]:.{d}f}" + (" *" if abs(p[0]) > p[1] else "") if p else "n/a")
+            per = [f"{seed}: " + (_fmt_pair(*p, d) if p else "n/a")
                    for seed, p in zip(spread["seeds"], paired[row.name].get(col, []))]
             parts.append("; ".join(per) or "n/a")
         body.append(f"| {row.name} | " + " | ".join(parts) + " |")
@@ -244,6 +244,11 @@ def stored_lines(manifest: TableManifest, cells: dict[str, dict[str, Cell]]) -> 
                  "recomputes them.")]
 
 
+def _fmt_pair(mean: float, half: float, digits: int) -> str:
+    """A paired difference as printed: ``+mean +- half``, with ``*`` where its interval excludes 0."""
+    return f"{mean:+.{digits}f} +- {half:.{digits}f}" + (" *" if abs(mean) > half else "")
+
+
 def paired_cell(manifest: TableManifest, column: str, ref: Cell | None, cell: Cell | None
                 ) -> tuple[float, float] | None:
     """``(mean, half-width)`` of ``ref`` minus ``cell`` paired by question, on the column's scale; None where
@@ -278,7 +283,7 @@ def paired_lines(manifest: TableManifest, cells: dict[str, dict[str, Cell]]) -> 
                 continue
             mean, half = found
             d = manifest.digits_for(col)
-            parts.append(f"{mean:+.{d}f} +- {half:.{d}f}" + (" *" if abs(mean) > half else ""))
+            parts.append(_fmt_pair(mean, half, d))
             mine_p, ref_p = row.published.get(col), published.get(col)
             paper = ref_p - mine_p if mine_p is not None and ref_p is not None else 0
             if abs(mean) > half and paper:

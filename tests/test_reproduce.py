@@ -674,8 +674,8 @@ def test_training_seeds_train_each_seed_once_and_the_table_states_the_spread(tmp
 
 def test_a_recipe_pinned_to_a_seed_keeps_that_seed_whatever_seed_the_table_trains_with(tmp_path):
     """`{recipe: ..., seed: 0}` takes a recipe's steps at seed 0 at every training seed (a row that compares the
-    run's seed's model with seed 0's needs both), beside the same recipe at the run's seed; a malformed entry names
-    the manifest and the entry."""
+    run's seed's model with seed 0's needs both), beside the same recipe at the run's seed, and once at seed 0
+    itself; a malformed entry names the manifest and the entry."""
     from omnimed.tables.reproduce import for_training_seed
 
     path = manifest(tmp_path, ROWS[:1])
@@ -690,6 +690,9 @@ def test_a_recipe_pinned_to_a_seed_keeps_that_seed_whatever_seed_the_table_train
     assert [(s.name, s.command[2], s.creates) for s in steps] == [
         ("seeded world", "seed=3", "builds/w-seed3/manifest.json"),
         ("seeded world at seed 0", "seed=0", "builds/w/manifest.json")]
+    # at the pinned seed itself both entries are the same step: it is listed (and run, and dry-run) once
+    assert [(s.name, s.creates) for s in for_training_seed(load_manifest(path), 0).prepare["miniature"]] == [
+        ("seeded world", "builds/w/manifest.json")]
     data["prepare"] = {"miniature": [{"recipe": "recipes/world.yaml", "seed": "zero"}]}
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     with pytest.raises(ManifestError, match=r"table1\.yaml: prepare\.miniature\.0: a pinned recipe is"):

@@ -387,9 +387,10 @@ def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_d
             continue
         waiting = sorted({why for why in plan.pending.values()})
         row_read = finished_only or (only is not None and plan.row.name not in only)  # an interim report's row
-        shown = [*(key for key, cols in plan.datasets.items() if row_read or asks(cols)),
-                 *(f"{key} ({', '.join(cols)}: {' '.join(extra)})" for folder, datasets, extra in sweeps(plan, manifest)
-                   if folder for key, cols in datasets.items() if row_read or asks(cols))]
+        listed = [*((key, cols) for key, cols in plan.datasets.items()),
+                  *((f"{key} ({', '.join(cols)}: {' '.join(extra)})", cols)
+                    for folder, datasets, extra in sweeps(plan, manifest) if folder for key, cols in datasets.items())]
+        shown = [label for label, cols in listed if row_read or asks(cols)]
         log(f"[{i}/{len(plans)}] {plan.row.name}: {', '.join(shown) or 'nothing to run'}"
             + (f" (not run: {'; '.join(w.removeprefix('missing: ') for w in waiting)})" if waiting else ""))
         cells[plan.row.name] = {col: Cell(status=why) for col, why in plan.pending.items()}

@@ -11,7 +11,7 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from omnimed.tables.manifest import TableManifest, fill_seed
+from omnimed.tables.manifest import PrepareStep, TableManifest, fill_seed
 from omnimed.tables.report import Cell, paired_cell
 
 if TYPE_CHECKING:
@@ -33,9 +33,16 @@ def mark_seed_independent_runs(plans_by_seed: dict[int, list[RowPlan]]) -> None:
 def for_training_seed(manifest: TableManifest, seed: int) -> TableManifest:
     """The manifest with ``{train_seed}`` and ``{seed_tag}`` filled in wherever they appear (a seeded recipe's
     command and ``creates``, the preset and row overrides that read its model), so one seed's training and the rows
-    that read it use that seed's artifacts."""
+    that read it use that seed's artifacts. A step that, filled in, repeats an earlier one (a recipe pinned to
+    the seed the table trains with) is listed once."""
     text = fill_seed(manifest.model_dump_json(), seed)
-    return TableManifest.model_validate_json(text, context={"papers": {r.method for r in manifest.rows}})
+    seeded = TableManifest.model_validate_json(text, context={"papers": {r.method for r in manifest.rows}})
+    for preset, steps in seeded.prepare.items():
+        distinct: dict[tuple, PrepareStep] = {}
+        for step in steps:
+            distinct.setdefault((tuple(step.command), step.creates), step)
+        seeded.prepare[preset] = list(distinct.values())
+    return seeded
 
 
 def seed_spread(manifest: TableManifest, per_seed: dict[int, dict[str, dict[str, Cell]]], preset: str,

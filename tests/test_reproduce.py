@@ -658,6 +658,11 @@ def test_training_seeds_train_each_seed_once_and_the_table_states_the_spread(tmp
     before = (out / "table1.md").read_text().splitlines()
     shutil.rmtree(tmp_path / "builds")
     shutil.rmtree(out / "runs")
+    res = reproduce_cli(str(path), "--training-seeds", "0,3", "--dry-run", f"paths.root={tmp_path}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    log = " ".join((res.stdout + res.stderr).split())  # the preview says what the run will do: train nothing
+    assert "every run of the table is on this disk or in table1.cells.json.gz" in log
+    assert "prepare seeded world" not in log and "[1/2] BM25" not in log
     res = reproduce_cli(str(path), "--training-seeds", "0,3", f"paths.root={tmp_path}", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     log = " ".join((res.stdout + res.stderr).split())

@@ -533,7 +533,7 @@ def reproduce(
             continue
         only = rows_to_run(plans, preset, rows)
         ready = None
-        if seed == main and len(seeds) > 1 and not (dry_run or rerun):
+        if seed == main and len(seeds) > 1 and not rerun:  # a dry run says so too: it reads, runs nothing
             ready = _kept_whole(seeded, plans, preset, runs_dir, launcher, extra, only, stored_runs, kept)
             if ready is not None:
                 log(f"  every run of the table is on this disk or in {cells_file.name}: not trained or run again")

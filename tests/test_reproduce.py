@@ -1219,6 +1219,27 @@ def test_a_run_saved_before_a_config_field_existed_is_kept_while_the_field_stays
     assert not computes_the_same({"pipeline": {"top_k": 5}, "task": {}}, *today())  # no class default for task.k
 
 
+def test_a_run_placed_elsewhere_computes_the_same_and_a_changed_knob_does_not():
+    """``paths.root=/abs/checkout`` (a second worktree pointing at the first one's models) reads the runs made with
+    the default root ``.``: the artifact paths stay ``${paths.root}/...`` unresolved, and where the root is only
+    places the run, also for a run stored (``<table>.cells.json.gz``) with its paths; a computing knob beside it
+    still runs again."""
+    from omegaconf import OmegaConf
+
+    from omnimed.tables.resume import _plain, _unplaced, computes_the_same
+
+    def cfg(root: str, k: int = 3):
+        node = OmegaConf.create({"paths": {"root": root, "cache": f"{root}/.cache"}, "task": {"k": k},
+                                 "pipeline": {"encoder": "${paths.root}/checkpoints/u/hf"}})
+        return _plain(node), node
+
+    saved = cfg(".")[0]
+    assert computes_the_same(saved, *cfg("/work/main"))
+    assert not computes_the_same(saved, *cfg("/work/main", k=5))
+    stored = {**saved, "paths": {"root": ".", "cache": "./.cache"}, "run_name": "bm25-world"}  # as kept before
+    assert computes_the_same(_unplaced(stored), *cfg("/work/main"))
+
+
 def test_a_query2doc_run_made_before_the_question_expansion_runs_again():
     from omnimed.tables.resume import _plain, compose_run, computes_the_same, evaluate_configs
 

@@ -40,15 +40,19 @@ def compose_run(overrides: list[str], failure: str):
 
 def _plain(cfg) -> dict:
     """A composed or saved config as plain data, less what only names, groups or places the run (Hydra's own
-    settings, ``run_name``, ``experiment``, ``logger.group``: each table's W&B group)."""
+    settings, ``run_name``, ``experiment``, ``logger.group``: each table's W&B group; ``paths``: where the project
+    root, checkpoints and caches are, so ``paths.root=/abs/checkout`` reads the runs made with the default ``.``)."""
     from omegaconf import OmegaConf
 
-    plain = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
-    for key in ("hydra", "run_name", "experiment"):
-        plain.pop(key, None)
-    if isinstance(plain.get("logger"), dict):
-        plain["logger"].pop("group", None)
-    return plain
+    return _unplaced(OmegaConf.to_container(cfg, resolve=False, enum_to_str=True))
+
+
+def _unplaced(plain: dict) -> dict:
+    """``plain`` less what :func:`_plain` leaves out: also applied to a config stored before a key joined them."""
+    out = {key: value for key, value in plain.items() if key not in ("hydra", "run_name", "experiment", "paths")}
+    if isinstance(out.get("logger"), dict):
+        out["logger"] = {key: value for key, value in out["logger"].items() if key != "group"}
+    return out
 
 
 def run_config_text(cfg) -> str:
@@ -153,6 +157,6 @@ def stored_runs_today(entries: dict[str, dict], overrides: Callable[[str], list[
     with evaluate_configs():
         for key, entry in entries.items():
             wanted = compose_run(overrides(key), f"the stored run of {key} no longer composes")
-            if computes_the_same(entry["config"], _plain(wanted), wanted):
+            if computes_the_same(_unplaced(entry["config"]), _plain(wanted), wanted):
                 out[key] = entry
     return out

@@ -302,7 +302,8 @@ def _expand_recipes(raw: dict, path: Path) -> None:
 
 
 def _read_recipe(path: Path, where: str, item: object, seed: int | None = None) -> list:
-    """The steps of the recipe ``item`` names, with its seed placeholders filled in for ``seed`` when one is given."""
+    """The steps of the recipe ``item`` names; with ``seed``, its ``{train_seed}`` / ``{seed_tag}`` fields are
+    filled in for that seed before the YAML is read (a pinned recipe)."""
     recipe = path.parent / str(item)
     if not recipe.is_file():
         raise ManifestError(f"{path}: {where}: recipe {item!r} not found ({recipe})")

@@ -387,7 +387,7 @@ def _run_rows(manifest: TableManifest, plans: list[RowPlan], preset: str, runs_d
             continue
         waiting = sorted({why for why in plan.pending.values()})
         row_read = finished_only or (only is not None and plan.row.name not in only)  # an interim report's row
-        listed = [*((key, cols) for key, cols in plan.datasets.items()),
+        listed = [*plan.datasets.items(),
                   *((f"{key} ({', '.join(cols)}: {' '.join(extra)})", cols)
                     for folder, datasets, extra in sweeps(plan, manifest) if folder for key, cols in datasets.items())]
         shown = [label for label, cols in listed if row_read or asks(cols)]

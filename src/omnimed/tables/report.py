@@ -130,6 +130,17 @@ def shared_runs(manifest: TableManifest, cells: dict[str, dict[str, Cell]]) -> l
     return list(groups.values())
 
 
+def _grid_row(name: str, parts: list[str]) -> str:
+    """One markdown row of a row x column table: the row's name, then a cell per column."""
+    return f"| {name} | " + " | ".join(parts) + " |"
+
+
+def _grid(manifest: TableManifest, body: list[str]) -> list[str]:
+    """A markdown table with a row per line of ``body`` (:func:`_grid_row`) and the manifest's columns: the shape
+    of the spread and paired tables under a report."""
+    return [_grid_row("row", list(manifest.columns)), "|---|" + "---|" * len(manifest.columns), *body]
+
+
 def spread_lines(manifest: TableManifest, spread: dict) -> list[str]:
     """The spread of our numbers over training seeds (``seed_spread`` of a ``--training-seeds`` run): per row and
     column, the range and the sample standard deviation."""
@@ -153,12 +164,11 @@ def spread_lines(manifest: TableManifest, spread: dict) -> list[str]:
             parts.append(f"{_fmt(min(vals), d)}-{_fmt(max(vals), d)} ({_fmt(statistics.stdev(vals), d)})"
                          if len(vals) > 1 else "n/a")
         if any(part != "n/a" for part in parts):
-            body.append(f"| {row.name} | " + " | ".join(parts) + " |")
+            body.append(_grid_row(row.name, parts))
     if body:
         title = (f"{head}; `omnimed-reproduce <table> --training-seeds {','.join(map(str, spread['seeds']))}`): "
                  "min-max (sd) of each cell.")
-        lines = ["", title, "", "| row | " + " | ".join(manifest.columns) + " |",
-                 "|---|" + "---|" * len(manifest.columns), *body]
+        lines = ["", title, "", *_grid(manifest, body)]
     else:  # every seed-dependent row changed since: no table of spreads to title
         lines = ["", f"{head}): no row of this table states one."]
     lines += seed_paired_lines(manifest, spread)
@@ -187,12 +197,11 @@ def seed_paired_lines(manifest: TableManifest, spread: dict) -> list[str]:
             per = [f"{seed}: " + (_fmt_pair(*p, d) if p else "n/a")
                    for seed, p in zip(spread["seeds"], paired[row.name].get(col, []))]
             parts.append("; ".join(per) or "n/a")
-        body.append(f"| {row.name} | " + " | ".join(parts) + " |")
+        body.append(_grid_row(row.name, parts))
     if not body:
         return []
     return ["", f"Paired by question at each training seed (seed: `{ref}` minus the row, +- its 95% half-width; * "
-                "where the two are told apart):", "", "| row | " + " | ".join(manifest.columns) + " |",
-            "|---|" + "---|" * len(manifest.columns), *body]
+                "where the two are told apart):", "", *_grid(manifest, body)]
 
 
 def skew_lines(manifest: TableManifest, cells: dict[str, dict[str, Cell]]) -> list[str]:
@@ -292,12 +301,12 @@ def paired_lines(manifest: TableManifest, cells: dict[str, dict[str, Cell]]) -> 
                 else:
                     against.append(f"{row.name} / {col} ({mean:+.{d}f}, the paper's {paper:+.{d}f})")
         if any(p != "n/a" for p in parts):
-            body.append(f"| {row.name} | " + " | ".join(parts) + " |")
+            body.append(_grid_row(row.name, parts))
     if not body:
         return []
     return ["", f"Paired by question: `{ref_name}` minus each row (mean difference +- its 95% half-width, 1.96 sd / "
                 "sqrt(n), on the paper's scale; * where the interval excludes 0, i.e. the two rows are told apart).",
-            "", "| row | " + " | ".join(manifest.columns) + " |", "|---|" + "---|" * len(manifest.columns), *body,
+            "", *_grid(manifest, body),
             "", f"Told apart in the paper's direction (the sign of its published difference): {along} cell(s); "
                 f"against it: {'; '.join(against) if against else 'none'}."]
 

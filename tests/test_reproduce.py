@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import csv
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -419,6 +420,34 @@ def test_compare_prints_many_metrics_of_few_runs_one_per_line():
     assert [c.header for c in narrow.columns] == ["run", "m0", "m1"] and narrow.row_count == 2
 
 
+def test_a_retrieval_ndcg_column_pairs_each_querys_own_ndcg_whose_mean_is_the_tables_cell(tmp_path):
+    """NDCG@k columns state a detectable difference too: each query's NDCG from the predictions, on the ranking
+    ir-measures scored (a passage at its first chunk, a query without hits at 0), averages to the cell."""
+    from omnimed.data.records import Passage
+    from omnimed.evaluation.retrieval import RetrievalQuery, ir_metrics, prediction_rows
+    from omnimed.knowledge.types import Hit
+    from omnimed.tables.detectable import question_outcomes
+
+    def hit(pid: str, rank: int, chunk_of: str | None = None) -> Hit:
+        meta = {"chunk_of": chunk_of} if chunk_of else {}
+        return Hit(Passage(id=pid, source="book", text="t", metadata=meta), 1.0 / rank, rank, "bm25")
+
+    queries = [RetrievalQuery("q1", "book", "a", {"g1"}), RetrievalQuery("q2", "book", "b", {"g2", "g3"}),
+               RetrievalQuery("q3", "book", "c", {"g4"}), RetrievalQuery("q4", "book", "d", set())]
+    hits = {"q1": [hit("x#0", 1, "x"), hit("x#1", 2, "x"), hit("g1", 3)],  # x's second chunk does not push g1 down
+            "q2": [hit("g3", 1), hit("y", 2), hit("z", 3), hit("g2", 4)],
+            "q3": [], "q4": [hit("g1", 1)]}
+    run = tmp_path / "ret"
+    run.mkdir()
+    (run / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in prediction_rows(queries,
+                                                                                                 {"bm25": hits})))
+    per_query = question_outcomes(run, "bm25/ndcg@3")
+    assert set(per_query) == {"q1", "q2", "q3"}  # a query without gold has no NDCG
+    assert per_query["q1"] == pytest.approx(1 / math.log2(3)) and per_query["q3"] == 0.0
+    assert per_query["q2"] == pytest.approx(1 / (1 + 1 / math.log2(3)))
+    assert sum(per_query.values()) / 3 == pytest.approx(ir_metrics(queries, hits, ks=(3,))["ndcg@3"], abs=1e-9)
+
+
 def test_the_smallest_detectable_difference_is_the_paired_half_width_of_the_most_discordant_rows(tmp_path):
     from omnimed.tables.detectable import detectable_difference, question_outcomes
 
@@ -444,7 +473,7 @@ def test_the_smallest_detectable_difference_is_the_paired_half_width_of_the_most
         {"method": "dense", "query_id": "q1@pool", "first_gold_rank": 4}]))
     assert question_outcomes(ret, "bm25/hit@3") == {"q1@pool": True, "q2@pool": False}
     assert question_outcomes(ret, "dense/hit@3") == {"q1@pool": False}
-    assert question_outcomes(ret, "bm25/ndcg@3") is None
+    assert question_outcomes(ret, "bm25/ndcg@3") is None  # rows without their hits: no per-query NDCG
     # a long-form statement column (PolyRAG table 2): per answer, its share or count of statements with the label
     open_run = tmp_path / "open"
     open_run.mkdir()

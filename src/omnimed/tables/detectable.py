@@ -5,9 +5,9 @@ Two rows scored on the same questions differ only where they disagree: with ``n`
 ``p`` are discordant (one row right, the other wrong), the paired difference has standard error ``sqrt(p / n)``
 when the rows are about equally good, so a difference smaller than ``1.96 * sqrt(p / n)`` is within noise. A
 column states this for the pair of its rows that disagree most, the bound that holds for every pair. A per-question
-score that is a number (PolyRAG table 2's share of correct statements in each answer, Omni-RAG table 10's LUQ
-uncertainty) takes the same form with ``p`` the mean squared per-question difference, which for right / wrong
-outcomes is the discordant share.
+score that is a number (PolyRAG table 2's share of correct statements in each answer, a retrieval query's NDCG@k,
+Omni-RAG table 10's LUQ uncertainty) takes the same form with ``p`` the mean squared per-question difference, which
+for right / wrong outcomes is the discordant share.
 
 :func:`paired_difference` is the interval of one pair's difference itself (a table's rows against its
 ``paired_against`` row): the mean per-question difference +- 1.96 standard errors.
@@ -29,18 +29,25 @@ Z95 = 1.959963984540054
 def question_outcomes(run_dir: Path, metric: str) -> dict[str, bool | float] | None:
     """Per question (and seed), whether the run got it right, for an accuracy metric (``accuracy``, or
     ``<type>/accuracy`` of a critic run, read from the examples of that type) or a retrieval HIT@k
-    (``<method>/hit@k``: a gold passage among the method's first k; rows of other methods skipped); for a long-form
+    (``<method>/hit@k``: a gold passage among the method's first k; rows of other methods skipped) or NDCG@k (each
+    query's own, binary gold as the table's ir-measures scores it: :func:`_query_ndcg`); for a long-form
     statement metric (``statement_<label>_ratio`` / ``_count``) the answer's share or count of statements with that
     label (answers without statements have no share); for ``luq`` each sampled question's uncertainty; None for
     other metrics or a run without ``predictions.jsonl``."""
     path = run_dir / "predictions.jsonl"
     hit = re.fullmatch(r"(?:(.+)/)?hit@(\d+)", metric)
+    ndcg = re.fullmatch(r"(?:(.+)/)?ndcg@(\d+)", metric)
     statement = re.fullmatch(r"statement_(correct|incorrect|not_mentioned)_(ratio|count)", metric)
     if hit:
         method, k = hit.group(1), int(hit.group(2))
         outcomes = ((row["query_id"], row["first_gold_rank"] is not None and row["first_gold_rank"] <= k)
                     for row in _rows(path)
                     if "first_gold_rank" in row and (method is None or row.get("method") == method))
+    elif ndcg:
+        method, k = ndcg.group(1), int(ndcg.group(2))
+        outcomes = ((row["query_id"], _query_ndcg(row["hits"], row["gold"], k))
+                    for row in _rows(path)
+                    if row.get("gold") and "hits" in row and (method is None or row.get("method") == method))
     elif statement:
         label, kind = statement.groups()
         outcomes = ((f"{row.get('question_id')}#{row.get('seed', 0)}",
@@ -56,6 +63,17 @@ def question_outcomes(run_dir: Path, metric: str) -> dict[str, bool | float] | N
     else:
         return None
     return dict(outcomes) or None
+
+
+def _query_ndcg(hits: Sequence[Mapping], gold: Sequence[str], k: int) -> float:
+    """One query's NDCG@k with every gold passage of grade 1, on the ranking the table scored: a passage counts at
+    the place of its first chunk (later chunks of it dropped), as :func:`~omnimed.evaluation.retrieval.ir_metrics`
+    hands the run to ir-measures, so the queries' mean is the table's cell."""
+    ranked = list(dict.fromkeys(h["doc_id"] for h in hits))[:k]
+    wanted = set(gold)
+    dcg = sum(1.0 / math.log2(i + 2) for i, doc in enumerate(ranked) if doc in wanted)
+    ideal = sum(1.0 / math.log2(i + 2) for i in range(min(len(wanted), k)))
+    return dcg / ideal
 
 
 def answer_skew(run_dir: Path) -> tuple[str, int, int] | None:

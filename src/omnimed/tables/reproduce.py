@@ -337,8 +337,8 @@ def read_cell(run_dir: Path, manifest: TableManifest, column: str) -> Cell:
 
 
 def column_resolution(manifest: TableManifest, cells: dict[str, dict[str, Cell]]) -> Detectable:
-    """Per column measured in two or more rows with a per-question score (accuracy, HIT@k, a long-form statement
-    share or count): its smallest detectable difference on the paper's scale
+    """Per column measured in two or more rows with a per-question score (accuracy, HIT@k, NDCG@k, a long-form
+    statement share or count): its smallest detectable difference on the paper's scale
     (:func:`~omnimed.tables.detectable.detectable_difference`) and the questions it is paired on."""
     out: Detectable = {}
     for col in manifest.columns:
